@@ -1,0 +1,237 @@
+"""Table-driven cases for the contract's fine print, beyond the shared vectors.
+
+Each case pins a reading of CONTRACT.md that the vectors leave open or only touch once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from sidecar.contract import Policy, Publishers, Reject, Relay, normalise
+from sidecar.vectors import from_json, to_json
+from sidecar.wire import ByteArray, Float32, Int64, Timestamp, UInt64
+
+NOW = 1_790_000_000_000
+BASE: dict[str, Any] = {
+    "x-acemq-id": "m-1",
+    "x-acemq-type": "t",
+    "x-acemq-version": 1,
+    "x-acemq-correlation": "m-1",
+    "x-acemq-attempt": 1,
+    "x-acemq-first-seen": 1_767_323_045_678,
+}
+
+
+def run(
+    new_id: Callable[[], str],
+    extra: dict[str, Any],
+    *,
+    properties: dict[str, Any] | None = None,
+    publishers: Publishers = Publishers.ACEMQ,
+    routing_key: str = "t",
+    drop: tuple[str, ...] = (),
+) -> Relay | Reject:
+    headers = {k: from_json(v) for k, v in BASE.items() if k not in drop}
+    headers.update(extra)
+    return normalise(
+        routing_key,
+        {"message_id": "m-1"} if properties is None else properties,
+        headers,
+        policy=Policy(publishers=publishers, origin=None, login="sidecar"),
+        now_ms=NOW,
+        new_id=new_id,
+    )
+
+
+def pairs(verdict: Relay | Reject) -> list[tuple[str, str]]:
+    return sorted((str(v.kind), v.header) for v in verdict.violations)
+
+
+STAMPS = [
+    ("2026-02-03T04:05:06Z", "2026-02-03T04:05:06Z", []),
+    ("2026-02-03T04:05:06.000Z", "2026-02-03T04:05:06Z", [("coerced", "acemq-replayed-at")]),
+    ("2026-02-03t04:05:06.5z", "2026-02-03T04:05:06.500Z", [("coerced", "acemq-replayed-at")]),
+    ("2026-02-03T04:05:06.789999-01:30", "2026-02-03T05:35:06.789Z", [("coerced", "acemq-replayed-at")]),
+    ("1770091506789", "2026-02-03T04:05:06.789Z", [("coerced", "acemq-replayed-at")]),
+    (Int64(1770091506789), "2026-02-03T04:05:06.789Z", [("coerced", "acemq-replayed-at")]),
+    (Timestamp(1770091506), "2026-02-03T04:05:06Z", [("coerced", "acemq-replayed-at")]),
+    (ByteArray(b"2026-02-03T04:05:06Z"), "2026-02-03T04:05:06Z", [("coerced", "acemq-replayed-at")]),
+    ("2026-02-30T04:05:06Z", "2026-02-30T04:05:06Z", [("unreadable", "acemq-replayed-at")]),
+    (1.5, 1.5, [("unreadable", "acemq-replayed-at")]),
+    (True, True, [("unreadable", "acemq-replayed-at")]),
+    ("9" * 5000, "9" * 5000, [("unreadable", "acemq-replayed-at")]),
+]
+
+
+@pytest.mark.parametrize(("given", "written", "found"), STAMPS)
+def test_replayed_at_forms(new_id: Callable[[], str], given: Any, written: Any, found: list[Any]) -> None:
+    """Every readable replay stamp is written in one format; an unreadable one is left as it was."""
+    verdict = run(new_id, {"acemq-replayed-at": given})
+    assert isinstance(verdict, Relay)
+    assert verdict.headers["acemq-replayed-at"] == written
+    assert type(verdict.headers["acemq-replayed-at"]) is type(written)
+    assert pairs(verdict) == found
+
+
+ATTEMPTS = [
+    ("0007", 7, [("coerced", "x-acemq-attempt")]),
+    ("+3", 3, [("coerced", "x-acemq-attempt")]),
+    ("\x0b 5 \x0c", 5, [("coerced", "x-acemq-attempt")]),
+    ("\u00a05", 1, [("unreadable", "x-acemq-attempt")]),  # NBSP is not ASCII whitespace
+    ("\u0665", 1, [("unreadable", "x-acemq-attempt")]),  # an Arabic-Indic digit is not [0-9]
+    ("1_000", 1, [("unreadable", "x-acemq-attempt")]),  # Python's int() would accept it
+    ("9" * 5000, 1, [("unreadable", "x-acemq-attempt")]),  # int() would refuse it
+    ("2147483648", 1, [("unreadable", "x-acemq-attempt")]),
+    (Int64(2**31), 1, [("unreadable", "x-acemq-attempt")]),
+    (UInt64(2**64 - 1), 1, [("unreadable", "x-acemq-attempt")]),
+    ("-0", 1, [("coerced", "x-acemq-attempt"), ("out_of_range", "x-acemq-attempt")]),
+    (Float32(-0.5), 1, [("coerced", "x-acemq-attempt"), ("out_of_range", "x-acemq-attempt")]),
+    (float("nan"), 1, [("unreadable", "x-acemq-attempt")]),
+    (float("inf"), 1, [("unreadable", "x-acemq-attempt")]),
+    (Decimal("-2.99"), 1, [("coerced", "x-acemq-attempt"), ("out_of_range", "x-acemq-attempt")]),
+    (Decimal("1E+300"), 1, [("unreadable", "x-acemq-attempt")]),
+    (Timestamp(5), 1, [("unreadable", "x-acemq-attempt")]),
+    (ByteArray(b""), 1, [("defaulted", "x-acemq-attempt"), ("empty_value", "x-acemq-attempt")]),
+    (None, 1, [("defaulted", "x-acemq-attempt"), ("null_value", "x-acemq-attempt")]),
+]
+
+
+@pytest.mark.parametrize(("given", "written", "found"), ATTEMPTS)
+def test_integer_reading(new_id: Callable[[], str], given: Any, written: int, found: list[Any]) -> None:
+    """Integer fields read only ASCII base-10 text and finite numbers, within 32 bits."""
+    verdict = run(new_id, {"x-acemq-attempt": given})
+    assert isinstance(verdict, Relay)
+    assert to_json(verdict.headers["x-acemq-attempt"]) == {"$int32": written}
+    assert pairs(verdict) == found
+
+
+FIRST_SEEN = [
+    ("2026-01-02T03:04:05.678+02:00", 1_767_315_845_678, [("coerced", "x-acemq-first-seen")]),
+    ("1969-12-31T23:59:59Z", NOW, [("coerced", "x-acemq-first-seen"), ("out_of_range", "x-acemq-first-seen")]),
+    (Timestamp(2**62), NOW, [("unreadable", "x-acemq-first-seen")]),
+    (1e30, NOW, [("unreadable", "x-acemq-first-seen")]),
+    (UInt64(2**63), NOW, [("unreadable", "x-acemq-first-seen")]),
+    (True, NOW, [("unreadable", "x-acemq-first-seen")]),
+]
+
+
+@pytest.mark.parametrize(("given", "written", "found"), FIRST_SEEN)
+def test_first_seen_reading(new_id: Callable[[], str], given: Any, written: int, found: list[Any]) -> None:
+    """first-seen reads RFC 3339 with offsets, and never writes a time at or before the epoch."""
+    verdict = run(new_id, {"x-acemq-first-seen": given})
+    assert isinstance(verdict, Relay)
+    assert to_json(verdict.headers["x-acemq-first-seen"]) == {"$int64": written}
+    assert pairs(verdict) == found
+
+
+def test_invalid_utf8_is_replaced_per_maximal_subpart(new_id: Callable[[], str]) -> None:
+    """One U+FFFD per maximal invalid subpart, as Python's errors="replace" does."""
+    verdict = run(new_id, {"x-acemq-causation": b"a\xe2\x82b\xff"})
+    assert isinstance(verdict, Relay)
+    assert verdict.headers["x-acemq-causation"] == "a\ufffdb\ufffd"
+    assert pairs(verdict) == [("coerced", "x-acemq-causation")]
+
+
+def test_void_unknown_reserved_is_namespace_first(new_id: Callable[[], str]) -> None:
+    """An unknown x-acemq- void is stripped as unknown_reserved, not counted as null_value."""
+    verdict = run(new_id, {"x-acemq-new": None})
+    assert isinstance(verdict, Relay)
+    assert "x-acemq-new" not in verdict.headers
+    assert pairs(verdict) == [("unknown_reserved", "x-acemq-*")]
+
+
+def test_reject_reason_lists_every_name_sorted(new_id: Callable[[], str]) -> None:
+    """Under apps every offending name is quoted, sorted, and the advice comes last."""
+    verdict = run(new_id, {"x-acemq-b": "1", "x-acemq-a": None}, publishers=Publishers.APPS)
+    assert isinstance(verdict, Reject)
+    assert verdict.reason.index('"x-acemq-a"') < verdict.reason.index('"x-acemq-b"')
+    assert verdict.reason.endswith("such as x-yourcompany-")
+    assert pairs(verdict) == [("app_reserved", "x-acemq-*")] * 2
+
+
+def test_legacy_void_does_not_beat_nothing(new_id: Callable[[], str]) -> None:
+    """A void legacy stamp is removed as a void; nothing is renamed."""
+    verdict = run(new_id, {"x-acemq-replay-count": None})
+    assert isinstance(verdict, Relay)
+    assert "acemq-replay-count" not in verdict.headers
+    assert pairs(verdict) == [("null_value", "x-acemq-replay-count")]
+
+
+def test_empty_current_stamp_loses_to_legacy(new_id: Callable[[], str]) -> None:
+    """Presence is judged after empties: an empty acemq- stamp does not beat a legacy value."""
+    verdict = run(new_id, {"acemq-replayed-from": "", "x-acemq-replayed-from": "q.dlq"})
+    assert isinstance(verdict, Relay)
+    assert verdict.headers["acemq-replayed-from"] == "q.dlq"
+    assert pairs(verdict) == [
+        ("empty_value", "acemq-replayed-from"),
+        ("legacy_name", "x-acemq-replayed-from"),
+    ]
+
+
+def test_route_of_blanks_drops_position_and_id(new_id: Callable[[], str]) -> None:
+    """A route with no step left is not written, and its position and run id go with it."""
+    verdict = run(
+        new_id, {"x-acemq-route": " , \t,", "x-acemq-route-position": 1, "x-acemq-route-id": "r"}
+    )
+    assert isinstance(verdict, Relay)
+    assert not {"x-acemq-route", "x-acemq-route-position", "x-acemq-route-id"} & set(verdict.headers)
+    assert pairs(verdict) == [
+        ("empty_value", "x-acemq-route"),
+        ("unreadable", "x-acemq-route-id"),
+        ("unreadable", "x-acemq-route-position"),
+    ]
+
+
+def test_moved_user_id_overwrites_application_copy(new_id: Callable[[], str]) -> None:
+    """A moved user_id overwrites an acemq-original-user-id the application set."""
+    verdict = run(
+        new_id,
+        {"acemq-original-user-id": "spoofed"},
+        properties={"message_id": "m-1", "user_id": "svc"},
+    )
+    assert isinstance(verdict, Relay)
+    assert verdict.headers["acemq-original-user-id"] == "svc"
+    assert "user_id" not in verdict.properties
+
+
+def test_empty_user_id_is_removed(new_id: Callable[[], str]) -> None:
+    """An empty user_id is removed and counted empty_value, with nothing moved."""
+    verdict = run(new_id, {}, properties={"message_id": "m-1", "user_id": ""})
+    assert isinstance(verdict, Relay)
+    assert "user_id" not in verdict.properties
+    assert "acemq-original-user-id" not in verdict.headers
+    assert pairs(verdict) == [("empty_value", "user_id")]
+
+
+def test_apps_unreadable_header_filled_from_property(new_id: Callable[[], str]) -> None:
+    """Under apps an unreadable header takes its property, counted unreadable only."""
+    verdict = run(
+        new_id,
+        {"x-acemq-correlation": 1.5},
+        properties={"message_id": "m-1", "correlation_id": "c-9"},
+        publishers=Publishers.APPS,
+    )
+    assert isinstance(verdict, Relay)
+    assert verdict.headers["x-acemq-correlation"] == "c-9"
+    assert pairs(verdict) == [("unreadable", "x-acemq-correlation")]
+
+
+def test_unreadable_id_falls_back_to_message_id_uncounted(new_id: Callable[[], str]) -> None:
+    """An unreadable value gives unreadable only, never unreadable and defaulted."""
+    verdict = run(new_id, {"x-acemq-id": {"nested": "table"}})
+    assert isinstance(verdict, Relay)
+    assert verdict.headers["x-acemq-id"] == "m-1"
+    assert pairs(verdict) == [("unreadable", "x-acemq-id")]
+
+
+def test_input_is_not_mutated(new_id: Callable[[], str]) -> None:
+    """normalise returns new tables and leaves its inputs as they were."""
+    headers = {"x-acemq-replayed-at": "1770091506789", "x-acemq-x": "1", "a": None}
+    properties = {"user_id": "svc"}
+    snapshot = (dict(headers), dict(properties))
+    normalise("rk", properties, headers, policy=Policy(), now_ms=NOW, new_id=new_id)
+    assert (headers, properties) == snapshot

@@ -1,0 +1,66 @@
+"""Conformance: every vector of ../shared/contract/vectors.json, and idempotence on each."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar.contract import Kind, Relay, normalise
+from sidecar.vectors import message_from_json, run_vector, to_json
+
+REPO = Path(__file__).resolve().parents[2]
+SHARED = Path(os.environ.get("ACEMQ_SHARED", REPO.parent / "shared"))
+VECTORS = SHARED / "contract" / "vectors.json"
+
+
+def _load() -> list[dict[str, Any]]:
+    # Missing vectors are a failure, never a skip: a conformance run without them proves nothing.
+    if not VECTORS.is_file():
+        pytest.fail(f"{VECTORS} is missing; check out ../shared beside the repo or set ACEMQ_SHARED")
+    vectors: list[dict[str, Any]] = json.loads(VECTORS.read_text(encoding="utf-8"))["vectors"]
+    return vectors
+
+
+def _ids(vectors: list[dict[str, Any]]) -> list[str]:
+    return [v["name"] for v in vectors]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrise over the shared vectors by name."""
+    if "vector" in metafunc.fixturenames:
+        vectors = _load()
+        metafunc.parametrize("vector", vectors, ids=_ids(vectors))
+
+
+def test_vector_file_is_not_trivial() -> None:
+    """A truncated vector file would make the suite pass vacuously."""
+    vectors = _load()
+    assert len(vectors) >= 90
+    assert len(set(_ids(vectors))) == len(vectors)
+
+
+def test_vector(vector: dict[str, Any], new_id: Callable[[], str]) -> None:
+    """normalise gives exactly the expected verdict, properties, headers and violations."""
+    assert run_vector(vector, new_id=new_id) is None
+
+
+def test_vector_output_is_a_fixed_point(vector: dict[str, Any], new_id: Callable[[], str]) -> None:
+    """Normalising a relayed message again changes nothing (CONTRACT.md section 1)."""
+    routing_key, properties, headers, policy, now_ms = message_from_json(vector)
+    first = normalise(routing_key, properties, headers, policy=policy, now_ms=now_ms, new_id=new_id)
+    if not isinstance(first, Relay):
+        return
+    second = normalise(
+        routing_key, first.properties, first.headers, policy=policy, now_ms=now_ms, new_id=new_id
+    )
+    assert isinstance(second, Relay)
+    assert second.properties == first.properties
+    assert to_json(dict(second.headers)) == to_json(dict(first.headers))
+    assert all(
+        v.kind is Kind.UNREADABLE and v.header == "acemq-replayed-at" for v in second.violations
+    ), second.violations
