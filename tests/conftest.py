@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.fixture
 def new_id() -> Callable[[], str]:
-    """A deterministic UUID v4 source, so a failing run can be replayed exactly."""
+    """Return a deterministic UUID v4 source, so a failing run can be replayed exactly."""
     rng = random.Random(20261129)  # noqa: S311 - test determinism, not security
 
     def make() -> str:

@@ -1,0 +1,1 @@
+"""Pure unit tests: no broker, no process."""

@@ -1,0 +1,251 @@
+"""The sidecar's Prometheus metrics: the only module that knows metric names and label names.
+
+Everything is registered on the ``CollectorRegistry`` handed to ``Metrics``; nothing is
+registered at import time and the global registry is never touched. Every series exists
+at zero from the first scrape: the constructor creates the process-wide series and
+``add_route`` creates a route's series, so a rate or an absence alert never has to guess
+whether a missing series means "zero" or "not running".
+
+Labels are bounded: route names come from the route map and violation ``(kind, header)``
+pairs from the contract's closed sets. Never pass a message id, a raw unknown header name
+or a hostname here.
+
+Not thread-safe for writes: call the mutators from the event loop only. Scrapes from the
+HTTP thread read through prometheus_client's own locks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+from prometheus_client import Counter, Gauge, Histogram
+
+from sidecar.contract import Kind
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from prometheus_client import CollectorRegistry
+
+__all__ = ["DRIFT_VIOLATIONS", "RELAY_SECONDS_BUCKETS", "Metrics", "Outcome", "ReloadResult"]
+
+PREFIX = "acemq_sidecar_"
+
+# Consume -> confirm: a local broker confirms in well under a millisecond, a loaded or
+# remote one in tens of milliseconds, and anything past 10 s is an incident, not a latency.
+RELAY_SECONDS_BUCKETS = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
+
+# The (kind, header) pairs the Helm chart's drift alert watches; created at zero per route
+# so that `increase(...) > 0` fires on the first violation rather than on the second.
+DRIFT_VIOLATIONS: tuple[tuple[str, str], ...] = (
+    (Kind.APP_RESERVED, "x-acemq-*"),
+    (Kind.UNKNOWN_RESERVED, "x-acemq-*"),
+    (Kind.LEGACY_NAME, "x-acemq-replayed-from"),
+    (Kind.LEGACY_NAME, "x-acemq-replayed-at"),
+    (Kind.LEGACY_NAME, "x-acemq-replay-count"),
+)
+
+
+class Outcome(StrEnum):
+    """What became of one consumed message; the values are the ``outcome`` label."""
+
+    RELAYED = "relayed"
+    QUARANTINED = "quarantined"
+    AUDITED = "audited"
+
+
+class ReloadResult(StrEnum):
+    """What a route map reload did; the values are the ``result`` label."""
+
+    APPLIED = "applied"
+    REFUSED = "refused"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _RouteSeries:
+    """One route's labelled children, resolved once so the hot path skips ``.labels``."""
+
+    messages: dict[Outcome, Counter]
+    relay_seconds: Histogram
+    in_flight: Gauge
+    route_up: Gauge
+
+
+class Metrics:
+    """The sidecar's collectors, registered on an injected registry.
+
+    Per-route children and per-``(route, kind, header)`` violation children are cached in
+    dicts, so a message costs dictionary look-ups, not label validation and locking.
+    """
+
+    def __init__(self, registry: CollectorRegistry, *, version: str, contract: str) -> None:
+        self._messages = Counter(
+            f"{PREFIX}messages_total",
+            "Messages consumed from a staging queue and settled, by outcome.",
+            ["route", "outcome"],
+            registry=registry,
+        )
+        self._violations = Counter(
+            f"{PREFIX}violations_total",
+            "Contract violations found, by kind (CONTRACT.md section 6) and header.",
+            ["route", "kind", "header"],
+            registry=registry,
+        )
+        self._relay_seconds = Histogram(
+            f"{PREFIX}relay_seconds",
+            "Seconds from consuming a message to the broker confirming its copy.",
+            ["route"],
+            buckets=RELAY_SECONDS_BUCKETS,
+            registry=registry,
+        )
+        self._in_flight = Gauge(
+            f"{PREFIX}in_flight",
+            "Messages consumed and not yet settled.",
+            ["route"],
+            registry=registry,
+        )
+        self._route_up = Gauge(
+            f"{PREFIX}route_up",
+            "1 while the route is consuming, else 0.",
+            ["route"],
+            registry=registry,
+        )
+        self._broker_connected = Gauge(
+            f"{PREFIX}broker_connected",
+            "1 while the AMQP connection is open, else 0.",
+            registry=registry,
+        )
+        self._reconnects = Counter(
+            f"{PREFIX}reconnects_total",
+            "AMQP connections re-established after a loss.",
+            registry=registry,
+        )
+        reloads = Counter(
+            f"{PREFIX}config_reloads_total",
+            "Route map reloads, by result.",
+            ["result"],
+            registry=registry,
+        )
+        build_info = Gauge(
+            f"{PREFIX}build_info",
+            "Always 1; the labels name the sidecar version and the contract version it enforces.",
+            ["version", "contract"],
+            registry=registry,
+        )
+        build_info.labels(version=version, contract=contract).set(1)
+        self._reloads = {result: reloads.labels(result=result) for result in ReloadResult}
+        self._routes: dict[str, _RouteSeries] = {}
+        self._violation_children: dict[tuple[str, str, str], Counter] = {}
+
+    def add_route(self, route: str) -> None:
+        """Create every series of ``route`` at zero; a route already present is left as is."""
+        self._series(route)
+
+    def remove_route(self, route: str) -> None:
+        """Remove every series of ``route``, for a route a reload deleted; unknown: no-op.
+
+        Call it once the route has drained: a later observation for the route recreates
+        its series (at zero, apart from that observation).
+        """
+        series = self._routes.pop(route, None)
+        if series is None:
+            return
+        for outcome in series.messages:
+            self._messages.remove(route, outcome)
+        self._relay_seconds.remove(route)
+        self._in_flight.remove(route)
+        self._route_up.remove(route)
+        for key in [key for key in self._violation_children if key[0] == route]:
+            del self._violation_children[key]
+            self._violations.remove(*key)
+
+    def observe_message(self, route: str, outcome: Outcome, seconds: float) -> None:
+        """Count one settled message and observe its consume-to-confirm time in seconds."""
+        series = self._routes.get(route)
+        if series is None:
+            series = self._series(route)
+        series.messages[outcome].inc()
+        series.relay_seconds.observe(seconds)
+
+    def count_violations(self, route: str, violations: Iterable[tuple[str, str]]) -> None:
+        """Count each ``(kind, header)`` pair once; called per message, usually with none.
+
+        The caller guarantees both strings come from the contract's closed sets.
+        """
+        # The loop over an empty iterable is the whole cost of the common case.
+        for kind, header in violations:
+            key = (route, kind, header)
+            child = self._violation_children.get(key)
+            if child is None:
+                child = self._violation_child(route, kind, header)
+            child.inc()
+
+    def add_in_flight(self, route: str, delta: int) -> None:
+        """Add ``delta`` (negative to subtract) to the messages of ``route`` in flight."""
+        series = self._routes.get(route)
+        if series is None:
+            series = self._series(route)
+        series.in_flight.inc(delta)
+
+    def set_route_up(self, route: str, *, up: bool) -> None:
+        """Record whether ``route`` is consuming."""
+        series = self._routes.get(route)
+        if series is None:
+            series = self._series(route)
+        series.route_up.set(1 if up else 0)
+
+    def set_broker_connected(self, *, connected: bool) -> None:
+        """Record whether the AMQP connection is open."""
+        self._broker_connected.set(1 if connected else 0)
+
+    def count_reconnect(self) -> None:
+        """Count one connection re-established after a loss."""
+        self._reconnects.inc()
+
+    def count_reload(self, result: ReloadResult) -> None:
+        """Count one route map reload with its result."""
+        self._reloads[result].inc()
+
+    def _series(self, route: str) -> _RouteSeries:
+        """Return the children of ``route``, creating them (and its drift series) at zero."""
+        series = self._routes.get(route)
+        if series is not None:
+            return series
+        series = _RouteSeries(
+            messages={outcome: self._messages.labels(route, outcome) for outcome in Outcome},
+            relay_seconds=self._relay_seconds.labels(route),
+            in_flight=self._in_flight.labels(route),
+            route_up=self._route_up.labels(route),
+        )
+        self._routes[route] = series
+        for kind, header in DRIFT_VIOLATIONS:
+            self._violation_child(route, kind, header)
+        return series
+
+    def _violation_child(self, route: str, kind: str, header: str) -> Counter:
+        """Create, cache and return the ``violations_total`` child of one triple."""
+        # str() so that a StrEnum kind and its plain string value share one cache entry
+        # and one label value.
+        key = (route, str(kind), header)
+        child = self._violation_children.get(key)
+        if child is None:
+            child = self._violations.labels(*key)
+            self._violation_children[key] = child
+        return child

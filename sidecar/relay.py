@@ -1,0 +1,438 @@
+"""The I/O loop: consume, normalise, publish with confirms, ack; quarantine what cannot go.
+
+This module owns the settlement of every staging message. Its one rule: a delivery is
+acked only after the broker confirmed its normalised copy on the target exchange, or its
+quarantine copy on the quarantine exchange. Anything else leaves it unacked, and the
+broker redelivers it. It must not know AMQP client objects (``sidecar.amqp`` does) or
+contract rules (``sidecar.contract`` does); it only wires them together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from sidecar.amqp import (
+    Channel,
+    ChannelLostError,
+    Connection,
+    Delivery,
+    MissingEntityError,
+    PublishOutcome,
+    build_properties,
+)
+from sidecar.contract import ORIGINAL_USER_ID, Policy, Reject, Relay, normalise
+from sidecar.errors import WireError
+from sidecar.metrics import Outcome
+from sidecar.routes import Mode
+from sidecar.wire import ByteArray
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+    from sidecar.contract import PropertyValue, Verdict
+    from sidecar.metrics import Metrics
+    from sidecar.routes import Route
+    from sidecar.wire import FieldValue
+
+__all__ = ["Backoff", "Clock", "RouteWorker", "quarantine_copy"]
+
+log = logging.getLogger(__name__)
+
+QUARANTINED_FROM = "acemq-quarantined-from"
+ERROR_HEADER = "x-acemq-error"
+ORIGINAL_HEADERS = "acemq-original-headers"
+CONFIRM_TIMEOUT_S = 30.0
+VIOLATION_LOG_INTERVAL_S = 60.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Clock:
+    """The two clocks the shell reads: wall time for the contract, monotonic for timing."""
+
+    now_ms: Callable[[], int]
+    monotonic: Callable[[], float]
+
+
+@dataclass(slots=True)
+class Backoff:
+    """Exponential backoff with jitter: half the step fixed, half random, capped."""
+
+    base_s: float = 0.5
+    cap_s: float = 30.0
+    rng: random.Random = field(default_factory=random.Random)
+    attempt: int = 0
+
+    def next_delay(self) -> float:
+        """Return the next delay and step up; never zero, so a failing loop cannot spin."""
+        step = min(self.cap_s, self.base_s * float(2**self.attempt))
+        self.attempt = min(self.attempt + 1, 32)
+        return step / 2 + self.rng.uniform(0, step / 2)
+
+    def reset(self) -> None:
+        """Start again from the base delay after a success."""
+        self.attempt = 0
+
+
+def publishable_properties(
+    properties: Mapping[str, PropertyValue], headers: dict[str, FieldValue], *, login: str
+) -> dict[str, PropertyValue]:
+    """Return properties the broker will accept from our login (CONTRACT.md section 2).
+
+    A ``user_id`` other than the publishing login makes RabbitMQ close the channel, so an
+    original message republished as it was (audit mode, quarantine) moves it like the
+    contract does, into ``acemq-original-user-id``.
+    """
+    user_id = properties.get("user_id")
+    if user_id is None or user_id == login:
+        return dict(properties)
+    result = {name: value for name, value in properties.items() if name != "user_id"}
+    if user_id != "":
+        headers[ORIGINAL_USER_ID] = str(user_id)
+    return result
+
+
+def quarantine_copy(
+    delivery: Delivery, *, reason: str, queue: str, login: str
+) -> tuple[dict[str, PropertyValue], dict[str, FieldValue]]:
+    """Return the properties and headers of a delivery's quarantine copy (DESIGN.md).
+
+    The headers are as received plus the reason and the staging queue; a table the codec
+    could not read travels whole, as a byte array, in ``acemq-original-headers``.
+    """
+    headers: dict[str, FieldValue] = dict(delivery.headers)
+    if delivery.undecodable is not None:
+        headers[ORIGINAL_HEADERS] = ByteArray(delivery.undecodable.raw)
+    headers[ERROR_HEADER] = reason
+    headers[QUARANTINED_FROM] = queue
+    return publishable_properties(delivery.properties, headers, login=login), headers
+
+
+class RoutePausedError(Exception):
+    """The broker will not take this route's copies for now; the route must pause."""
+
+
+class QuarantineFailedError(RoutePausedError):
+    """The quarantine exchange did not take a copy; the route must pause."""
+
+
+@dataclass(slots=True)
+class _ViolationLog:
+    """Logs a violation at most once per route, kind and header per interval."""
+
+    interval_s: float
+    last: dict[tuple[str, str], float] = field(default_factory=dict)
+
+    def should_log(self, key: tuple[str, str], now: float) -> bool:
+        seen = self.last.get(key)
+        if seen is not None and now - seen < self.interval_s:
+            return False
+        self.last[key] = now
+        return True
+
+
+class RouteWorker:
+    """Consumes one route's staging queue and settles every delivery it receives."""
+
+    def __init__(
+        self,
+        route: Route,
+        *,
+        quarantine_exchange: str,
+        login: str,
+        metrics: Metrics,
+        clock: Clock,
+        new_id: Callable[[], str],
+        rng: random.Random | None = None,
+    ) -> None:
+        self.route = route
+        self._quarantine_exchange = quarantine_exchange
+        self._login = login
+        self._policy = Policy(publishers=route.publishers, origin=route.origin, login=login)
+        self._metrics = metrics
+        self._clock = clock
+        self._new_id = new_id
+        self._backoff = Backoff(rng=rng or random.Random())  # noqa: S311 - jitter, not security
+        self._stop = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._in_flight = 0
+        self._pause_reason: str | None = "starting"
+        self._violation_log = _ViolationLog(VIOLATION_LOG_INTERVAL_S)
+        self._consumer_tag = f"acemq-sidecar.{route.name}"
+
+    # --- state read by /readyz (from the HTTP thread: plain attribute reads only) ---
+
+    @property
+    def pause_reason(self) -> str | None:
+        """Why the route is not consuming, or None while it is."""
+        return self._pause_reason
+
+    @property
+    def in_flight(self) -> int:
+        """Deliveries received and not yet settled."""
+        return self._in_flight
+
+    # --- lifecycle ---
+
+    def request_stop(self) -> None:
+        """Ask the worker to stop consuming and settle what it holds."""
+        self._stop.set()
+
+    async def run(self, connection: Connection, *, grace_s: float) -> None:
+        """Consume until stopped or the connection drops; retry a paused route with backoff."""
+        route = self.route
+        while not self._stop.is_set() and connection.is_open:
+            try:
+                channel = await self._open(connection)
+            except MissingEntityError as e:
+                self._pause(f"{e}; create it (the sidecar does not declare topology)")
+            except ChannelLostError as e:
+                self._pause(str(e))
+            else:
+                self._backoff.reset()
+                self._set_up()
+                reason = await self._consume_until_closed(channel, connection)
+                if self._stop.is_set():
+                    await self._drain(channel, grace_s=grace_s)
+                    break
+                if self._pause_reason is None:  # a delivery may have said why already
+                    self._pause(reason)
+                await channel.close()
+            await self._sleep(self._backoff.next_delay())
+        self._metrics.set_route_up(route.name, up=False)
+        if self._pause_reason is None:
+            self._pause_reason = "stopped"
+
+    async def _open(self, connection: Connection) -> Channel:
+        route = self.route
+        await connection.check_queue(route.queue)
+        await connection.check_exchange(route.exchange)
+        await connection.check_exchange(self._quarantine_exchange)
+        channel = await connection.channel(prefetch=route.prefetch)
+
+        async def on_delivery(delivery: Delivery) -> None:
+            await self._settle(channel, delivery)
+
+        try:
+            await channel.consume(route.queue, on_delivery, consumer_tag=self._consumer_tag)
+        except BaseException:
+            await channel.close()
+            raise
+        return channel
+
+    async def _consume_until_closed(self, channel: Channel, connection: Connection) -> str:
+        """Wait until the channel or connection closes, or a stop; return what happened."""
+        waits = {
+            asyncio.ensure_future(channel.wait_closed()): "channel closed",
+            asyncio.ensure_future(connection.wait_closed()): "connection lost",
+            asyncio.ensure_future(self._stop.wait()): "stopping",
+        }
+        try:
+            done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in waits:
+                task.cancel()
+        return next(waits[task] for task in done)
+
+    async def _drain(self, channel: Channel, *, grace_s: float) -> None:
+        """Stop deliveries, settle in-flight work within the grace period, close."""
+        await channel.cancel(self._consumer_tag)
+        log.info(
+            "route %s draining %d in-flight messages",
+            self.route.name,
+            self._in_flight,
+            extra={"route": self.route.name, "in_flight": self._in_flight},
+        )
+        try:
+            async with asyncio.timeout(grace_s):
+                await self._idle.wait()
+        except TimeoutError:
+            log.warning(
+                "route %s: %d messages unsettled after %.1fs; the broker will redeliver them",
+                self.route.name,
+                self._in_flight,
+                grace_s,
+                extra={"route": self.route.name, "in_flight": self._in_flight},
+            )
+        await channel.close()
+
+    async def _sleep(self, delay_s: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(delay_s):
+                await self._stop.wait()
+
+    def _set_up(self) -> None:
+        self._pause_reason = None
+        self._metrics.set_route_up(self.route.name, up=True)
+        log.info(
+            "route %s consuming %s -> exchange %r",
+            self.route.name,
+            self.route.queue,
+            self.route.exchange,
+            extra={"route": self.route.name},
+        )
+
+    def _pause(self, reason: str) -> None:
+        if self._stop.is_set():
+            return
+        self._metrics.set_route_up(self.route.name, up=False)
+        if reason != self._pause_reason:
+            log.warning(
+                "route %s paused: %s; retrying with backoff",
+                self.route.name,
+                reason,
+                extra={"route": self.route.name},
+            )
+        self._pause_reason = reason
+
+    # --- one delivery ---
+
+    async def _settle(self, channel: Channel, delivery: Delivery) -> None:
+        """Settle one delivery: publish a copy, wait for the confirm, then ack."""
+        route = self.route.name
+        self._in_flight += 1
+        self._idle.clear()
+        self._metrics.add_in_flight(route, 1)
+        started = self._clock.monotonic()
+        try:
+            outcome = await self._relay_one(channel, delivery)
+            if outcome is not None and await channel.ack(delivery.delivery_tag):
+                self._metrics.observe_message(route, outcome, self._clock.monotonic() - started)
+        except ChannelLostError as e:
+            log.debug("route %s: delivery left to the broker: %s", route, e)
+        except MissingEntityError as e:
+            self._pause(f"{e}; create it (the sidecar does not declare topology)")
+        except RoutePausedError as e:
+            self._pause(str(e))
+            await channel.close()  # every unacked delivery goes back; run() backs off
+        except Exception as e:
+            # A bug, not a message problem. Requeueing would spin on the same message, so
+            # quarantine it with the error; if even that fails, pause the route.
+            log.exception("route %s: unexpected error while relaying a message", route)
+            await self._quarantine_after_bug(channel, delivery, error=e)
+        finally:
+            self._in_flight -= 1
+            self._metrics.add_in_flight(route, -1)
+            if self._in_flight == 0:
+                self._idle.set()
+
+    async def _quarantine_after_bug(
+        self, channel: Channel, delivery: Delivery, *, error: Exception
+    ) -> None:
+        try:
+            await self._quarantine(channel, delivery, reason=f"internal error: {error!r}")
+            await channel.ack(delivery.delivery_tag)
+        except Exception:
+            log.exception("route %s: quarantine after an internal error failed", self.route.name)
+            await channel.close()
+
+    async def _relay_one(self, channel: Channel, delivery: Delivery) -> Outcome | None:
+        """Publish the right copy; return the outcome to ack with, or None to leave it."""
+        if delivery.undecodable is not None:
+            reason = f"header table cannot be decoded: {delivery.undecodable.error}"
+            return await self._quarantine(channel, delivery, reason=reason)
+        verdict = normalise(
+            delivery.routing_key,
+            delivery.properties,
+            delivery.headers,
+            policy=self._policy,
+            now_ms=self._clock.now_ms(),
+            new_id=self._new_id,
+        )
+        if verdict.violations:
+            self._record_violations(verdict, delivery)
+        audit = self.route.mode is Mode.AUDIT
+        match verdict:
+            case Reject() if not audit:
+                return await self._quarantine(channel, delivery, reason=verdict.reason)
+            case Relay() if not audit:
+                properties, headers = dict(verdict.properties), dict(verdict.headers)
+                outcome = Outcome.RELAYED
+            case _:
+                headers = dict(delivery.headers)
+                properties = publishable_properties(delivery.properties, headers, login=self._login)
+                outcome = Outcome.AUDITED
+        routing_key = self.route.routing_key
+        if routing_key is None:
+            routing_key = delivery.routing_key
+        try:
+            published = await channel.publish(
+                delivery.body,
+                exchange=self.route.exchange,
+                routing_key=routing_key,
+                properties=build_properties(properties, headers),
+                timeout_s=CONFIRM_TIMEOUT_S,
+            )
+        except (WireError, ValueError, TypeError) as e:
+            # The normalised copy cannot be written (a 300-byte id cannot be a message_id).
+            reason = f"the normalised message cannot be encoded: {e}"
+            return await self._quarantine(channel, delivery, reason=reason)
+        match published:
+            case PublishOutcome.CONFIRMED:
+                return outcome
+            case PublishOutcome.RETURNED:
+                reason = (
+                    f'unroutable: exchange "{self.route.exchange}" has no binding for'
+                    f' routing key "{routing_key}"'
+                )
+                return await self._quarantine(channel, delivery, reason=reason)
+            case PublishOutcome.NACKED:
+                # Requeueing at once would spin while the target refuses (a full queue with
+                # overflow reject-publish); pause the route and let the broker redeliver.
+                raise RoutePausedError(
+                    f'the broker refused (nacked) a publish to exchange "{self.route.exchange}";'
+                    " is a target queue full with overflow reject-publish?"
+                )
+
+    async def _quarantine(self, channel: Channel, delivery: Delivery, *, reason: str) -> Outcome:
+        properties, headers = quarantine_copy(
+            delivery, reason=reason, queue=self.route.queue, login=self._login
+        )
+        try:
+            published = await channel.publish(
+                delivery.body,
+                exchange=self._quarantine_exchange,
+                routing_key=self.route.name,
+                properties=build_properties(properties, headers),
+                timeout_s=CONFIRM_TIMEOUT_S,
+            )
+        except (WireError, ValueError, TypeError) as e:
+            raise QuarantineFailedError(f"quarantine copy cannot be encoded: {e}") from e
+        if published is not PublishOutcome.CONFIRMED:
+            raise QuarantineFailedError(
+                f'quarantine exchange "{self._quarantine_exchange}" {published.value} the copy'
+                f' (routing key "{self.route.name}"); bind a queue to it. Messages stay in'
+                " staging until it takes them"
+            )
+        log.info(
+            "route %s quarantined a message: %s",
+            self.route.name,
+            reason,
+            extra={"route": self.route.name, "message_id": delivery.properties.get("message_id")},
+        )
+        return Outcome.QUARANTINED
+
+    def _record_violations(self, verdict: Verdict, delivery: Delivery) -> None:
+        route = self.route.name
+        pairs = [(str(v.kind), v.header) for v in verdict.violations]
+        self._metrics.count_violations(route, pairs)
+        now = self._clock.monotonic()
+        for kind, header in pairs:
+            if self._violation_log.should_log((kind, header), now):
+                log.info(
+                    "route %s: %s on %s",
+                    route,
+                    kind,
+                    header,
+                    extra={
+                        "route": route,
+                        "kind": kind,
+                        "header": header,
+                        "message_id": delivery.properties.get("message_id"),
+                    },
+                )

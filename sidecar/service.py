@@ -1,0 +1,324 @@
+"""The long-running process: one connection, one worker per route, signals, reloads, probes.
+
+This module owns the lifecycle: connect with backoff, start a ``RouteWorker`` per route,
+reconnect when the broker goes away, apply a reloaded route map route by route, and shut
+down in the reverse order of start-up on SIGTERM. It settles no message itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import ssl
+from typing import TYPE_CHECKING
+
+from sidecar import __version__
+from sidecar.amqp import connect
+from sidecar.contract import CONTRACT_VERSION
+from sidecar.errors import ConfigError
+from sidecar.health import HealthServer, Probe
+from sidecar.metrics import Metrics, ReloadResult
+from sidecar.relay import Backoff, Clock, RouteWorker
+from sidecar.routes import load_route_map
+
+if TYPE_CHECKING:
+    import random
+    from collections.abc import Callable, Mapping
+    from pathlib import Path
+
+    from prometheus_client import CollectorRegistry
+
+    from sidecar.amqp import Connection
+    from sidecar.routes import BrokerConfig, Route, RouteMap
+
+__all__ = ["Service"]
+
+log = logging.getLogger(__name__)
+
+CONFIG_POLL_S = 2.0  # how often a changed route map file is noticed (SIGHUP is immediate)
+TICK_S = 5.0
+LIVENESS_STALE_S = 60.0  # an event loop blocked this long fails /healthz
+
+
+def _ssl_context(broker: BrokerConfig) -> ssl.SSLContext | None:
+    if not broker.url.startswith("amqps://"):
+        return None
+    context = ssl.create_default_context(cafile=broker.tls.ca_file)
+    if broker.tls.cert_file:
+        context.load_cert_chain(broker.tls.cert_file, broker.tls.key_file)
+    return context
+
+
+class Service:
+    """Runs the sidecar until SIGTERM; see the module docstring."""
+
+    def __init__(
+        self,
+        route_map: RouteMap,
+        *,
+        config_path: Path | None,
+        env: Mapping[str, str],
+        registry: CollectorRegistry,
+        clock: Clock,
+        new_id: Callable[[], str],
+        rng: random.Random,
+    ) -> None:
+        self._route_map = route_map
+        self._config_path = config_path
+        self._env = env
+        self._clock = clock
+        self._new_id = new_id
+        self._rng = rng
+        self._metrics = Metrics(registry, version=__version__, contract=CONTRACT_VERSION)
+        self._health = HealthServer(
+            host=route_map.http.host,
+            port=route_map.http.port,
+            registry=registry,
+            liveness=self.liveness,
+            readiness=self.readiness,
+        )
+        self._stop = asyncio.Event()
+        self._reload = asyncio.Event()
+        self._connected = False
+        self._last_tick = clock.monotonic()
+        self._workers: dict[str, tuple[RouteWorker, asyncio.Task[None]]] = {}
+        self._session: asyncio.TaskGroup | None = None
+        self._connection: Connection | None = None
+        self._config_stamp = self._stat_config()
+        for route in route_map.routes:
+            self._metrics.add_route(route.name)
+
+    # --- probes (called from the HTTP thread: plain reads only) ---
+
+    @property
+    def http_port(self) -> int:
+        """The port /metrics, /healthz and /readyz listen on."""
+        return self._health.port
+
+    def liveness(self) -> Probe:
+        """Alive while the event loop keeps ticking."""
+        stale = self._clock.monotonic() - self._last_tick
+        if stale > LIVENESS_STALE_S:
+            return Probe(ok=False, detail=f"event loop has not run for {stale:.0f}s")
+        return Probe(ok=True, detail="ok")
+
+    def readiness(self) -> Probe:
+        """Ready when connected and every route consumes."""
+        if not self._connected:
+            return Probe(ok=False, detail="broker: not connected")
+        reasons = [
+            f"route {name}: {worker.pause_reason}"
+            for name, (worker, _) in list(self._workers.items())
+            if worker.pause_reason is not None
+        ]
+        return Probe(ok=not reasons, detail="\n".join(reasons) or "ok")
+
+    # --- control ---
+
+    def request_stop(self) -> None:
+        """Begin a graceful shutdown (what SIGTERM does)."""
+        self._stop.set()
+
+    def request_reload(self) -> None:
+        """Reload the route map from its file (what SIGHUP does)."""
+        self._reload.set()
+
+    async def run(self) -> int:
+        """Run until stopped; return the process exit code."""
+        loop = asyncio.get_running_loop()
+        for signum, handler in (
+            (signal.SIGTERM, self.request_stop),
+            (signal.SIGINT, self.request_stop),
+            (signal.SIGHUP, self.request_reload),
+        ):
+            loop.add_signal_handler(signum, handler)
+        self._health.start()
+        log.info(
+            "acemq-sidecar %s started: %d routes, metrics on port %d",
+            __version__,
+            len(self._route_map.routes),
+            self._health.port,
+        )
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                tasks.create_task(self._connection_loop(), name="connection")
+                tasks.create_task(self._watch_config(), name="config-watch")
+                tasks.create_task(self._tick(), name="liveness-tick")
+        finally:
+            for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                loop.remove_signal_handler(signum)
+            self._health.stop()
+        log.info("acemq-sidecar stopped")
+        return 0
+
+    # --- the connection ---
+
+    async def _connection_loop(self) -> None:
+        backoff = Backoff(rng=self._rng)
+        has_connected = False
+        while not self._stop.is_set():
+            broker = self._route_map.broker
+            try:
+                connection = await connect(
+                    broker.url,
+                    heartbeat_s=broker.heartbeat_s,
+                    connect_timeout_s=broker.connect_timeout_s,
+                    ssl_context=_ssl_context(broker),
+                )
+            except ConnectionError as e:
+                delay = backoff.next_delay()
+                log.warning(
+                    "broker %s unreachable: %s; retrying in %.1fs", broker.masked_url, e, delay
+                )
+                await self._sleep(delay)
+                continue
+            if has_connected:
+                self._metrics.count_reconnect()
+            has_connected = True
+            backoff.reset()
+            self._set_connected(connected=True)
+            log.info("connected to %s", broker.masked_url)
+            try:
+                await self._run_session(connection)
+            finally:
+                self._set_connected(connected=False)
+                await connection.close()
+            if not self._stop.is_set():
+                delay = backoff.next_delay()
+                log.warning("connection to the broker lost; reconnecting in %.1fs", delay)
+                await self._sleep(delay)
+
+    def _set_connected(self, *, connected: bool) -> None:
+        self._connected = connected
+        self._metrics.set_broker_connected(connected=connected)
+
+    async def _run_session(self, connection: Connection) -> None:
+        """Run every route on one connection until it drops or the process stops."""
+        async with asyncio.TaskGroup() as session:
+            self._session, self._connection = session, connection
+            try:
+                for route in self._route_map.routes:
+                    self._start_worker(route)
+                await self._supervise(connection)
+            finally:
+                for worker, _ in self._workers.values():
+                    worker.request_stop()
+                self._session = self._connection = None
+        self._workers.clear()
+
+    async def _supervise(self, connection: Connection) -> None:
+        while True:
+            closed = asyncio.ensure_future(connection.wait_closed())
+            stopping = asyncio.ensure_future(self._stop.wait())
+            reloading = asyncio.ensure_future(self._reload.wait())
+            try:
+                await asyncio.wait(
+                    (closed, stopping, reloading), return_when=asyncio.FIRST_COMPLETED
+                )
+            finally:
+                for waiter in (closed, stopping, reloading):
+                    waiter.cancel()
+            if self._stop.is_set():
+                log.info("stopping: draining in-flight messages")
+                return
+            if not connection.is_open:
+                return
+            self._reload.clear()
+            self._apply_reload()
+
+    def _start_worker(self, route: Route) -> None:
+        assert self._session is not None  # noqa: S101 - only called inside a session
+        assert self._connection is not None  # noqa: S101
+        worker = RouteWorker(
+            route,
+            quarantine_exchange=self._route_map.quarantine_exchange,
+            login=self._route_map.broker.login,
+            metrics=self._metrics,
+            clock=self._clock,
+            new_id=self._new_id,
+            rng=self._rng,
+        )
+        task = self._session.create_task(
+            worker.run(self._connection, grace_s=self._route_map.shutdown_grace_s),
+            name=f"route:{route.name}",
+        )
+        self._workers[route.name] = (worker, task)
+
+    # --- reloads ---
+
+    def _apply_reload(self) -> None:
+        """Replace the route map route by route; refuse an invalid one and keep the old."""
+        if self._config_path is None:
+            return
+        try:
+            new_map = load_route_map(self._config_path, env=self._env)
+        except ConfigError as e:
+            log.error("config reload refused, the running routes are unchanged: %s", e)  # noqa: TRY400
+            self._metrics.count_reload(ReloadResult.REFUSED)
+            return
+        old_map = self._route_map
+        if new_map.broker != old_map.broker or new_map.http != old_map.http:
+            log.warning("config reload: broker and http settings take effect at the next start")
+        everything = (
+            new_map.quarantine_exchange != old_map.quarantine_exchange
+            or new_map.shutdown_grace_s != old_map.shutdown_grace_s
+        )
+        old_routes = {route.name: route for route in old_map.routes}
+        new_routes = {route.name: route for route in new_map.routes}
+        changed = {
+            name
+            for name, route in old_routes.items()
+            if everything or new_routes.get(name) != route
+        }
+        self._route_map = new_map
+        for name in changed:
+            entry = self._workers.pop(name, None)
+            if entry is not None:
+                entry[0].request_stop()  # it drains its in-flight messages, then closes
+            if name not in new_routes:
+                self._metrics.remove_route(name)
+        for name, route in new_routes.items():
+            if name not in old_routes:
+                self._metrics.add_route(name)
+            if (name in changed or name not in old_routes) and self._session is not None:
+                self._start_worker(route)
+        self._metrics.count_reload(ReloadResult.APPLIED)
+        log.info(
+            "config reloaded: %d routes, %d restarted or added",
+            len(new_routes),
+            len(changed | (new_routes.keys() - old_routes.keys())),
+        )
+
+    def _stat_config(self) -> tuple[int, int] | None:
+        if self._config_path is None:
+            return None
+        try:
+            stat = self._config_path.stat()
+        except OSError:
+            return None
+        return (stat.st_mtime_ns, stat.st_size)
+
+    async def _watch_config(self) -> None:
+        """Notice a changed route map file (a ConfigMap update) and reload it."""
+        while not self._stop.is_set():
+            await self._sleep(CONFIG_POLL_S)
+            stamp = self._stat_config()
+            if stamp is not None and stamp != self._config_stamp:
+                self._config_stamp = stamp
+                log.info("route map file changed; reloading")
+                self._reload.set()
+
+    # --- small waits ---
+
+    async def _tick(self) -> None:
+        while not self._stop.is_set():
+            self._last_tick = self._clock.monotonic()
+            await self._sleep(TICK_S)
+
+    async def _sleep(self, delay_s: float) -> None:
+        """Wait for the delay, or less if a stop is requested."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(delay_s):
+                await self._stop.wait()

@@ -1,0 +1,71 @@
+"""The command line: conform and normalise, run in-process through main()."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from sidecar.cli import main
+from tests.unit.test_contract_vectors import VECTORS
+
+
+def test_conform_passes_the_shared_vectors(capsys: pytest.CaptureFixture[str]) -> None:
+    """conform on the shared file reports every vector passed and exits 0."""
+    assert main(["conform", str(VECTORS)]) == 0
+    count = len(json.loads(VECTORS.read_text(encoding="utf-8"))["vectors"])
+    assert capsys.readouterr().out.strip().splitlines()[-1] == f"{count} passed, 0 failed"
+
+
+def test_conform_reports_a_failing_vector(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A wrong expectation is named with its first difference, counted, and exits 1."""
+    document = json.loads(VECTORS.read_text(encoding="utf-8"))
+    broken = next(v for v in document["vectors"] if v["name"] == "no-acemq-headers-at-all")
+    broken["expect"]["headers"]["x-acemq-type"] = "wrong"
+    path = tmp_path / "v.json"
+    path.write_text(json.dumps({"format": 1, "vectors": [broken, document["vectors"][0]]}))
+    assert main(["conform", str(path)]) == 1
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert "no-acemq-headers-at-all" in lines[0]
+    assert "headers.x-acemq-type" in lines[0]
+    assert lines[-1] == "1 passed, 1 failed"
+
+
+def test_conform_unreadable_file_is_usage_error(tmp_path: Path) -> None:
+    """A file that is not a vector file exits 2 rather than passing vacuously."""
+    path = tmp_path / "v.json"
+    path.write_text("{not json")
+    assert main(["conform", str(path)]) == 2
+
+
+def test_normalise_reads_stdin(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """normalise prints the verdict in the vector expect format, types tagged."""
+    message = {
+        "routing_key": "orders",
+        "properties": {"message_id": "m-1"},
+        "headers": {"x-acemq-attempt": " 4 ", "price": {"$double": 0.1}},
+        "now_ms": 1_790_000_000_000,
+    }
+    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(message)))
+    assert main(["normalise"]) == 0
+    verdict = json.loads(capsys.readouterr().out)
+    assert verdict["verdict"] == "relay"
+    assert verdict["headers"]["x-acemq-attempt"] == {"$int32": 4}
+    assert verdict["headers"]["x-acemq-first-seen"] == {"$int64": 1_790_000_000_000}
+    assert verdict["headers"]["price"] == {"$double": 0.1}
+    assert ["coerced", "x-acemq-attempt"] in verdict["violations"]
+
+
+def test_normalise_rejects_bad_json(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Malformed input is a usage error with a message, not a traceback."""
+    monkeypatch.setattr("sys.stdin", io.StringIO('{"headers": {"a": {"$int32": "x"}}}'))
+    assert main(["normalise"]) == 2
+    assert "$int32" in capsys.readouterr().err

@@ -1,0 +1,279 @@
+"""The metrics module: names, labels, zero-initialised series and what each call counts."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import prometheus_client
+import pytest
+from prometheus_client import CollectorRegistry
+
+from sidecar import contract
+from sidecar.contract import Kind, Violation
+from sidecar.metrics import DRIFT_VIOLATIONS, Metrics, Outcome, ReloadResult
+
+if TYPE_CHECKING:
+    from prometheus_client.samples import Sample
+
+P = "acemq_sidecar_"
+
+
+@pytest.fixture
+def registry() -> CollectorRegistry:
+    return CollectorRegistry()
+
+
+@pytest.fixture
+def metrics(registry: CollectorRegistry) -> Metrics:
+    return Metrics(registry, version="1.2.3", contract="1")
+
+
+def value(registry: CollectorRegistry, name: str, **labels: str) -> float | None:
+    return registry.get_sample_value(P + name, labels)
+
+
+def route_series(route: str) -> list[tuple[str, dict[str, str]]]:
+    """Every (sample name, labels) add_route promises, as the Helm chart reads them."""
+    series = [("messages_total", {"route": route, "outcome": o.value}) for o in Outcome]
+    series += [
+        ("violations_total", {"route": route, "kind": kind, "header": header})
+        for kind, header in DRIFT_VIOLATIONS
+    ]
+    series += [
+        ("in_flight", {"route": route}),
+        ("route_up", {"route": route}),
+        ("relay_seconds_count", {"route": route}),
+        ("relay_seconds_sum", {"route": route}),
+        ("relay_seconds_bucket", {"route": route, "le": "+Inf"}),
+        ("relay_seconds_bucket", {"route": route, "le": "0.0005"}),
+        ("relay_seconds_bucket", {"route": route, "le": "10.0"}),
+    ]
+    return series
+
+
+def test_constructor_creates_process_series_at_zero(registry: CollectorRegistry) -> None:
+    """Alerts on broker_connected == 0 and reload failures need the series before any event."""
+    Metrics(registry, version="1.2.3", contract="1")
+    assert value(registry, "broker_connected") == 0
+    assert value(registry, "reconnects_total") == 0
+    for result in ReloadResult:
+        assert value(registry, "config_reloads_total", result=result.value) == 0
+
+
+def test_build_info_is_one_with_version_and_contract(registry: CollectorRegistry) -> None:
+    """build_info names the running version and contract, with value 1."""
+    Metrics(registry, version="1.2.3", contract="1")
+    assert value(registry, "build_info", version="1.2.3", contract="1") == 1
+
+
+def test_no_route_series_before_add_route(registry: CollectorRegistry) -> None:
+    """The constructor knows no route, so it creates no per-route series."""
+    Metrics(registry, version="1.2.3", contract="1")
+    for name, labels in route_series("orders"):
+        assert registry.get_sample_value(P + name, labels) is None, name
+
+
+def test_add_route_creates_every_route_series_at_zero(
+    metrics: Metrics, registry: CollectorRegistry
+) -> None:
+    """Every series is present at zero from the first scrape, so rate() and alerts see it."""
+    metrics.add_route("orders")
+    for name, labels in route_series("orders"):
+        assert registry.get_sample_value(P + name, labels) == 0, (name, labels)
+
+
+def test_drift_series_match_the_contracts_labels() -> None:
+    """The zero-initialised drift series use the exact labels the contract emits."""
+    expected = {
+        (Kind.APP_RESERVED, contract.UNKNOWN_RESERVED_LABEL),
+        (Kind.UNKNOWN_RESERVED, contract.UNKNOWN_RESERVED_LABEL),
+        *((Kind.LEGACY_NAME, legacy) for legacy in contract.LEGACY_NAMES),
+    }
+    assert set(DRIFT_VIOLATIONS) == expected
+
+
+def test_add_route_twice_keeps_the_counts(metrics: Metrics, registry: CollectorRegistry) -> None:
+    """A reload that keeps a route must not reset its counters."""
+    metrics.add_route("orders")
+    metrics.observe_message("orders", Outcome.RELAYED, 0.01)
+    metrics.add_route("orders")
+    assert value(registry, "messages_total", route="orders", outcome="relayed") == 1
+
+
+@pytest.mark.parametrize("outcome", list(Outcome))
+def test_observe_message_counts_one_outcome_and_observes_latency(
+    metrics: Metrics, registry: CollectorRegistry, outcome: Outcome
+) -> None:
+    """One message moves its outcome's counter and the route's histogram, nothing else."""
+    metrics.add_route("orders")
+    metrics.add_route("billing")
+    metrics.observe_message("orders", outcome, 0.003)
+    for other in Outcome:
+        expected = 1 if other is outcome else 0
+        assert value(registry, "messages_total", route="orders", outcome=other) == expected
+        assert value(registry, "messages_total", route="billing", outcome=other) == 0
+    assert value(registry, "relay_seconds_count", route="orders") == 1
+    assert value(registry, "relay_seconds_sum", route="orders") == pytest.approx(0.003)
+    assert value(registry, "relay_seconds_bucket", route="orders", le="0.0025") == 0
+    assert value(registry, "relay_seconds_bucket", route="orders", le="0.005") == 1
+    assert value(registry, "relay_seconds_count", route="billing") == 0
+
+
+def test_count_violations_counts_each_pair(metrics: Metrics, registry: CollectorRegistry) -> None:
+    """Each (kind, header) pair adds one to its own series; repeated pairs add again."""
+    metrics.add_route("orders")
+    metrics.count_violations(
+        "orders",
+        [
+            Violation(Kind.LEGACY_NAME, "x-acemq-replayed-at"),
+            ("coerced", "acemq-attempt"),
+            ("coerced", "acemq-attempt"),
+        ],
+    )
+    assert (
+        value(
+            registry,
+            "violations_total",
+            route="orders",
+            kind="legacy_name",
+            header="x-acemq-replayed-at",
+        )
+        == 1
+    )
+    assert (
+        value(registry, "violations_total", route="orders", kind="coerced", header="acemq-attempt")
+        == 2
+    )
+    assert (
+        value(
+            registry,
+            "violations_total",
+            route="orders",
+            kind="legacy_name",
+            header="x-acemq-replay-count",
+        )
+        == 0
+    )
+
+
+def test_count_violations_enum_and_string_kinds_share_a_series(
+    metrics: Metrics, registry: CollectorRegistry
+) -> None:
+    """A Kind member and its string value are one label value, not two series."""
+    metrics.count_violations("orders", [(Kind.MIRROR, "acemq-id"), ("mirror", "acemq-id")])
+    assert (
+        value(registry, "violations_total", route="orders", kind="mirror", header="acemq-id") == 2
+    )
+
+
+def test_count_violations_with_none_changes_nothing(
+    metrics: Metrics, registry: CollectorRegistry
+) -> None:
+    """The common case, a clean message, leaves every sample as it was."""
+    metrics.add_route("orders")
+    before = {(s.name, tuple(sorted(s.labels.items()))): s.value for s in _samples(registry)}
+    metrics.count_violations("orders", ())
+    metrics.count_violations("orders", iter(()))
+    after = {(s.name, tuple(sorted(s.labels.items()))): s.value for s in _samples(registry)}
+    assert after == before
+
+
+def test_in_flight_and_route_up(metrics: Metrics, registry: CollectorRegistry) -> None:
+    """in_flight follows the deltas; route_up is 1 while consuming and 0 after."""
+    metrics.add_route("orders")
+    metrics.add_in_flight("orders", 3)
+    metrics.add_in_flight("orders", -1)
+    assert value(registry, "in_flight", route="orders") == 2
+    metrics.set_route_up("orders", up=True)
+    assert value(registry, "route_up", route="orders") == 1
+    metrics.set_route_up("orders", up=False)
+    assert value(registry, "route_up", route="orders") == 0
+
+
+def test_process_wide_series(metrics: Metrics, registry: CollectorRegistry) -> None:
+    """broker_connected, reconnects_total and config_reloads_total move as called."""
+    metrics.set_broker_connected(connected=True)
+    assert value(registry, "broker_connected") == 1
+    metrics.set_broker_connected(connected=False)
+    assert value(registry, "broker_connected") == 0
+    metrics.count_reconnect()
+    metrics.count_reconnect()
+    assert value(registry, "reconnects_total") == 2
+    metrics.count_reload(ReloadResult.REFUSED)
+    assert value(registry, "config_reloads_total", result="refused") == 1
+    assert value(registry, "config_reloads_total", result="applied") == 0
+
+
+def test_remove_route_removes_its_series_only(
+    metrics: Metrics, registry: CollectorRegistry
+) -> None:
+    """A route a reload deleted disappears from the scrape; other routes are untouched."""
+    metrics.add_route("orders")
+    metrics.add_route("billing")
+    metrics.count_violations("orders", [("coerced", "acemq-attempt")])
+    metrics.remove_route("orders")
+    assert not [s for s in _samples(registry) if s.labels.get("route") == "orders"]
+    for name, labels in route_series("billing"):
+        assert registry.get_sample_value(P + name, labels) == 0, (name, labels)
+
+
+def test_remove_route_then_add_route_starts_from_zero(
+    metrics: Metrics, registry: CollectorRegistry
+) -> None:
+    """A route deleted and later re-added starts afresh, with every series at zero."""
+    metrics.add_route("orders")
+    metrics.observe_message("orders", Outcome.RELAYED, 0.01)
+    metrics.count_violations("orders", [("coerced", "acemq-attempt")])
+    metrics.remove_route("orders")
+    metrics.remove_route("orders")  # idempotent
+    metrics.add_route("orders")
+    for name, labels in route_series("orders"):
+        assert registry.get_sample_value(P + name, labels) == 0, (name, labels)
+    assert (
+        value(registry, "violations_total", route="orders", kind="coerced", header="acemq-attempt")
+        is None
+    )
+
+
+def test_unknown_route_is_created_on_first_use(
+    metrics: Metrics, registry: CollectorRegistry
+) -> None:
+    """A late observation for a route not (or no longer) added still counts, with its zeros."""
+    metrics.observe_message("late", Outcome.QUARANTINED, 0.5)
+    assert value(registry, "messages_total", route="late", outcome="quarantined") == 1
+    assert value(registry, "messages_total", route="late", outcome="relayed") == 0
+    assert value(registry, "route_up", route="late") == 0
+
+
+def test_only_the_documented_metric_names_exist(
+    metrics: Metrics, registry: CollectorRegistry
+) -> None:
+    """The scrape exposes exactly DESIGN.md's metrics, all under the acemq_sidecar_ prefix."""
+    metrics.add_route("orders")
+    names = {m.name for m in registry.collect()}
+    assert names == {
+        P + "messages",
+        P + "violations",
+        P + "relay_seconds",
+        P + "in_flight",
+        P + "route_up",
+        P + "broker_connected",
+        P + "reconnects",
+        P + "config_reloads",
+        P + "build_info",
+    }
+
+
+def test_nothing_is_registered_on_the_global_registry() -> None:
+    """Constructing Metrics twice would otherwise fail with duplicate registrations."""
+    before = set(prometheus_client.REGISTRY._names_to_collectors)
+    first = Metrics(CollectorRegistry(), version="1.2.3", contract="1")
+    second = Metrics(CollectorRegistry(), version="1.2.3", contract="1")
+    first.add_route("orders")
+    second.add_route("orders")
+    assert set(prometheus_client.REGISTRY._names_to_collectors) == before
+    assert not [n for n in before if n.startswith(P)]
+
+
+def _samples(registry: CollectorRegistry) -> list[Sample]:
+    return [s for m in registry.collect() for s in m.samples if not s.name.endswith("_created")]
