@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.support import Broker, broker_url, open_broker
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -21,3 +23,17 @@ def new_id() -> Callable[[], str]:
         return str(uuid.UUID(int=rng.getrandbits(128), version=4))
 
     return make
+
+
+@pytest.fixture(scope="session")
+def amqp_url() -> Iterator[str]:
+    """The broker every integration and e2e test uses (see tests/support.py)."""
+    with broker_url() as url:
+        yield url
+
+
+@pytest.fixture
+async def broker(amqp_url: str) -> AsyncIterator[Broker]:
+    """A test client with uniquely named, self-deleting topology."""
+    async with open_broker(amqp_url) as client:
+        yield client
