@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.fixture
 def new_id() -> Callable[[], str]:
     """Return a deterministic UUID v4 source, so a failing run can be replayed exactly."""
-    rng = random.Random(20261129)  # noqa: S311 - test determinism, not security
+    rng = random.Random(20261129)
 
     def make() -> str:
         return str(uuid.UUID(int=rng.getrandbits(128), version=4))

@@ -55,11 +55,19 @@ STAMPS = [
     ("2026-02-03T04:05:06Z", "2026-02-03T04:05:06Z", []),
     ("2026-02-03T04:05:06.000Z", "2026-02-03T04:05:06Z", [("coerced", "acemq-replayed-at")]),
     ("2026-02-03t04:05:06.5z", "2026-02-03T04:05:06.500Z", [("coerced", "acemq-replayed-at")]),
-    ("2026-02-03T04:05:06.789999-01:30", "2026-02-03T05:35:06.789Z", [("coerced", "acemq-replayed-at")]),
+    (
+        "2026-02-03T04:05:06.789999-01:30",
+        "2026-02-03T05:35:06.789Z",
+        [("coerced", "acemq-replayed-at")],
+    ),
     ("1770091506789", "2026-02-03T04:05:06.789Z", [("coerced", "acemq-replayed-at")]),
     (Int64(1770091506789), "2026-02-03T04:05:06.789Z", [("coerced", "acemq-replayed-at")]),
     (Timestamp(1770091506), "2026-02-03T04:05:06Z", [("coerced", "acemq-replayed-at")]),
-    (ByteArray(b"2026-02-03T04:05:06Z"), "2026-02-03T04:05:06Z", [("coerced", "acemq-replayed-at")]),
+    (
+        ByteArray(b"2026-02-03T04:05:06Z"),
+        "2026-02-03T04:05:06Z",
+        [("coerced", "acemq-replayed-at")],
+    ),
     ("2026-02-30T04:05:06Z", "2026-02-30T04:05:06Z", [("unreadable", "acemq-replayed-at")]),
     (1.5, 1.5, [("unreadable", "acemq-replayed-at")]),
     (True, True, [("unreadable", "acemq-replayed-at")]),
@@ -68,7 +76,9 @@ STAMPS = [
 
 
 @pytest.mark.parametrize(("given", "written", "found"), STAMPS)
-def test_replayed_at_forms(new_id: Callable[[], str], given: Any, written: Any, found: list[Any]) -> None:
+def test_replayed_at_forms(
+    new_id: Callable[[], str], given: Any, written: Any, found: list[Any]
+) -> None:
     """Every readable replay stamp is written in one format; an unreadable one is left as it was."""
     verdict = run(new_id, {"acemq-replayed-at": given})
     assert isinstance(verdict, Relay)
@@ -101,7 +111,9 @@ ATTEMPTS = [
 
 
 @pytest.mark.parametrize(("given", "written", "found"), ATTEMPTS)
-def test_integer_reading(new_id: Callable[[], str], given: Any, written: int, found: list[Any]) -> None:
+def test_integer_reading(
+    new_id: Callable[[], str], given: Any, written: int, found: list[Any]
+) -> None:
     """Integer fields read only ASCII base-10 text and finite numbers, within 32 bits."""
     verdict = run(new_id, {"x-acemq-attempt": given})
     assert isinstance(verdict, Relay)
@@ -111,7 +123,11 @@ def test_integer_reading(new_id: Callable[[], str], given: Any, written: int, fo
 
 FIRST_SEEN = [
     ("2026-01-02T03:04:05.678+02:00", 1_767_315_845_678, [("coerced", "x-acemq-first-seen")]),
-    ("1969-12-31T23:59:59Z", NOW, [("coerced", "x-acemq-first-seen"), ("out_of_range", "x-acemq-first-seen")]),
+    (
+        "1969-12-31T23:59:59Z",
+        NOW,
+        [("coerced", "x-acemq-first-seen"), ("out_of_range", "x-acemq-first-seen")],
+    ),
     (Timestamp(2**62), NOW, [("unreadable", "x-acemq-first-seen")]),
     (1e30, NOW, [("unreadable", "x-acemq-first-seen")]),
     (UInt64(2**63), NOW, [("unreadable", "x-acemq-first-seen")]),
@@ -120,7 +136,9 @@ FIRST_SEEN = [
 
 
 @pytest.mark.parametrize(("given", "written", "found"), FIRST_SEEN)
-def test_first_seen_reading(new_id: Callable[[], str], given: Any, written: int, found: list[Any]) -> None:
+def test_first_seen_reading(
+    new_id: Callable[[], str], given: Any, written: int, found: list[Any]
+) -> None:
     """first-seen reads RFC 3339 with offsets, and never writes a time at or before the epoch."""
     verdict = run(new_id, {"x-acemq-first-seen": given})
     assert isinstance(verdict, Relay)
@@ -178,7 +196,9 @@ def test_route_of_blanks_drops_position_and_id(new_id: Callable[[], str]) -> Non
         new_id, {"x-acemq-route": " , \t,", "x-acemq-route-position": 1, "x-acemq-route-id": "r"}
     )
     assert isinstance(verdict, Relay)
-    assert not {"x-acemq-route", "x-acemq-route-position", "x-acemq-route-id"} & set(verdict.headers)
+    assert not {"x-acemq-route", "x-acemq-route-position", "x-acemq-route-id"} & set(
+        verdict.headers
+    )
     assert pairs(verdict) == [
         ("empty_value", "x-acemq-route"),
         ("unreadable", "x-acemq-route-id"),

@@ -21,7 +21,9 @@ VECTORS = SHARED / "contract" / "vectors.json"
 def _load() -> list[dict[str, Any]]:
     # Missing vectors are a failure, never a skip: a conformance run without them proves nothing.
     if not VECTORS.is_file():
-        pytest.fail(f"{VECTORS} is missing; check out ../shared beside the repo or set ACEMQ_SHARED")
+        pytest.fail(
+            f"{VECTORS} is missing; check out ../shared beside the repo or set ACEMQ_SHARED"
+        )
     vectors: list[dict[str, Any]] = json.loads(VECTORS.read_text(encoding="utf-8"))["vectors"]
     return vectors
 

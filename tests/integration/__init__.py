@@ -1,0 +1,1 @@
+"""Integration tests: the sidecar in-process against a real RabbitMQ."""
