@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import signal
 import ssl
@@ -277,8 +278,12 @@ class Service:
             entry = self._workers.pop(name, None)
             if entry is not None:
                 entry[0].request_stop()  # it drains its in-flight messages, then closes
-            if name not in new_routes:
+            if name in new_routes:
+                continue
+            if entry is None:
                 self._metrics.remove_route(name)
+            else:  # after the drain, or its last messages would bring the series back
+                entry[1].add_done_callback(functools.partial(self._forget_route, name))
         for name, route in new_routes.items():
             if name not in old_routes:
                 self._metrics.add_route(name)
@@ -290,6 +295,10 @@ class Service:
             len(new_routes),
             len(changed | (new_routes.keys() - old_routes.keys())),
         )
+
+    def _forget_route(self, name: str, _task: object = None) -> None:
+        if all(route.name != name for route in self._route_map.routes):
+            self._metrics.remove_route(name)
 
     def _stat_config(self) -> tuple[int, int] | None:
         if self._config_path is None:
