@@ -153,7 +153,10 @@ _I64 = struct.Struct(">q")
 _F32 = struct.Struct(">f")
 _F64 = struct.Struct(">d")
 _DECIMAL = struct.Struct(">Bi")  # scale octet, then the signed unscaled value
+_TAG_I32 = struct.Struct(">ci")
 _TAG_U32 = struct.Struct(">cI")
+_TAG_I64 = struct.Struct(">cq")
+_TAG_U64 = struct.Struct(">cQ")
 _TAG_F32 = struct.Struct(">cf")
 _TAG_DECIMAL = struct.Struct(">cBi")
 
@@ -206,6 +209,8 @@ class _FieldError(Exception):
                 where += f"[{part}]"
             else:
                 name = part if part.isprintable() and part else repr(part)
+                if len(name) > 60:
+                    name = name[:57] + "..."
                 where += f".{name}" if where else name
         return WireError(f"{where or 'field table'}: {self.problem}")
 
@@ -508,7 +513,7 @@ def _encode_table(table: Mapping[str, object], depth: int) -> bytes:
     out: list[bytes] = []
     for name, value in table.items():
         if type(name) is not str and not isinstance(name, str):
-            raise _FieldError(f"field name {name!r} is a {type(name).__name__}, not a str")
+            raise _FieldError(f"field name {name!r} is of type {type(name).__name__}, not str")
         try:
             raw_name = name.encode("utf-8", "surrogateescape")
         except UnicodeEncodeError as e:
@@ -728,10 +733,6 @@ def _fixed_width(tag: bytes, code: str) -> Callable[[int | float, list[bytes]], 
     encode.__doc__ = f"Append the value as {tag.decode()} ({code!r}); struct checks the range."
     return encode
 
-
-_TAG_I32 = struct.Struct(">ci")
-_TAG_I64 = struct.Struct(">cq")
-_TAG_U64 = struct.Struct(">cQ")
 
 _INT_BOUNDS: Final[dict[type, tuple[int, int]]] = {
     Int8: (-(2**7), 2**7 - 1),
