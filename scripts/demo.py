@@ -212,7 +212,7 @@ async def main() -> int:
     await declare(channel)
     port = free_port()
     env = {**os.environ, "ACEMQ_HTTP_LISTEN": f"127.0.0.1:{port}", "ACEMQ_LOG_LEVEL": "WARNING"}
-    process = subprocess.Popen(  # noqa: S603
+    process = subprocess.Popen(
         [sys.executable, "-m", "sidecar", "run", "--config", str(REPO / "config/example.yaml")],
         env=env,
     )
