@@ -244,16 +244,31 @@ class Channel:
         # aiormq matches a returned message to its publish by message_id; two publishes
         # in flight with one message_id would be confused, so the second waits.
         self._publishing: dict[str, asyncio.Future[Any]] = {}
+        # Set when the broker cancels our consumer (its queue was deleted): the channel
+        # stays open but nothing will arrive, so the route must treat it as lost.
+        self._cancelled_by_broker = asyncio.Event()
+        channel.on_consumer_cancel_callbacks.add(self._on_broker_cancel)
+
+    def _on_broker_cancel(self, _frame: object) -> None:
+        self._cancelled_by_broker.set()
 
     @property
     def is_open(self) -> bool:
         """Whether the channel can still ack and publish."""
         return not self._channel.is_closed
 
-    async def wait_closed(self) -> None:
-        """Return when the channel (or its connection) closes, for whatever reason."""
-        with contextlib.suppress(Exception, asyncio.CancelledError):
-            await asyncio.shield(self._channel.closing)
+    async def wait_closed(self) -> str:
+        """Return why, once the channel closes or the broker cancels its consumer."""
+        closing = asyncio.ensure_future(asyncio.shield(self._channel.closing))
+        cancelled = asyncio.ensure_future(self._cancelled_by_broker.wait())
+        try:
+            await asyncio.wait((closing, cancelled), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            closing.cancel()
+            cancelled.cancel()
+        if self._cancelled_by_broker.is_set():
+            return "the broker cancelled the consumer (was the queue deleted?)"
+        return "channel closed"
 
     async def consume(
         self, queue: str, callback: Callable[[Delivery], Awaitable[None]], *, consumer_tag: str

@@ -227,8 +227,9 @@ class RouteWorker:
 
     async def _consume_until_closed(self, channel: Channel, connection: Connection) -> str:
         """Wait until the channel or connection closes, or a stop; return what happened."""
+        channel_closed = asyncio.ensure_future(channel.wait_closed())
         waits = {
-            asyncio.ensure_future(channel.wait_closed()): "channel closed",
+            channel_closed: "channel closed",
             asyncio.ensure_future(connection.wait_closed()): "connection lost",
             asyncio.ensure_future(self._stop.wait()): "stopping",
         }
@@ -237,6 +238,8 @@ class RouteWorker:
         finally:
             for task in waits:
                 task.cancel()
+        if channel_closed in done and not channel_closed.cancelled():
+            return channel_closed.result()
         return next(waits[task] for task in done)
 
     async def _drain(self, channel: Channel, *, grace_s: float) -> None:

@@ -440,3 +440,23 @@ async def test_reload_adds_a_route_and_refuses_an_invalid_map(
         await broker.take(first.target, 1)
         await broker.take(second.target, 1)
         await asyncio.sleep(0)
+
+
+async def test_deleted_staging_queue_pauses_then_resumes(
+    broker: Broker, run_sidecar: Callable[..., Any]
+) -> None:
+    """A consumer the broker cancels (queue deleted) pauses the route instead of idling as up."""
+    topo = await make_topology(broker)
+    async with run_sidecar(one_route(broker, topo)) as running:
+        service = running.service
+        await broker.channel.queue_delete(topo.staging)
+        await wait_for(
+            lambda: f'queue "{topo.staging}" does not exist' in service.readiness().detail,
+            what="paused on the deleted queue",
+        )
+        assert running.sample("acemq_sidecar_route_up", route="r1") == 0
+        await broker.channel.queue_declare(topo.staging, durable=True)
+        await broker.publish(topo.staging, headers=envelope("back-1"))
+        (message,) = await broker.take(topo.target, 1, timeout_s=40)
+        await wait_for(lambda: service.readiness().ok, timeout_s=5, what="ready")
+    assert headers_of(message)["x-acemq-id"] == "back-1"
