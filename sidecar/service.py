@@ -253,6 +253,9 @@ class Service:
         """Replace the route map route by route; refuse an invalid one and keep the old."""
         if self._config_path is None:
             return
+        # Stamp before reading: the poller then skips this version (one edit plus SIGHUP
+        # is one reload) but still sees a write that lands while we read.
+        self._config_stamp = self._stat_config()
         try:
             new_map = load_route_map(self._config_path, env=self._env)
         except ConfigError as e:
