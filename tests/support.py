@@ -151,6 +151,13 @@ class Broker:
                 return got
             got.append(message)
 
+    async def reconnect(self) -> None:
+        """Replace a connection the broker closed (the names to clean up are kept)."""
+        with contextlib.suppress(Exception):
+            await self.connection.close()
+        self.connection = await aiormq.connect(self.url)
+        self.channel = await self.connection.channel(publisher_confirms=True)
+
     async def cleanup(self) -> None:
         """Delete everything this test declared."""
         channel = await self.connection.channel()
@@ -172,5 +179,7 @@ async def open_broker(url: str) -> AsyncIterator[Broker]:
     try:
         yield broker
     finally:
+        if broker.connection.is_closed:  # a fault test closed it (close_all_connections)
+            await broker.reconnect()
         await broker.cleanup()
-        await connection.close()
+        await broker.connection.close()

@@ -11,7 +11,6 @@ Every wait polls with a deadline; a failed wait shows the process's output.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import os
 import signal
@@ -30,7 +29,6 @@ import yaml
 from pamqp.commands import Basic
 from prometheus_client.parser import text_string_to_metric_families
 
-from sidecar.amqp import install_codec
 from tests.conftest import REPO
 from tests.support import Broker
 
@@ -69,33 +67,6 @@ async def eventually(
 
 
 # --- the test client and topology ------------------------------------------------------------
-
-
-class Client(Broker):
-    """The shared test client, with a way back after the broker closed its connection."""
-
-    async def reconnect(self) -> None:
-        """Replace a connection the broker closed (names to clean up are kept)."""
-        with contextlib.suppress(Exception):
-            await self.connection.close()
-        self.connection = await aiormq.connect(self.url)
-        self.channel = await self.connection.channel(publisher_confirms=True)
-
-
-@pytest.fixture
-async def broker(amqp_url: str) -> AsyncIterator[Client]:
-    """A test client with unique, self-deleting topology that can ``reconnect()``."""
-    install_codec()
-    connection = await aiormq.connect(amqp_url)
-    channel = await connection.channel(publisher_confirms=True)
-    client = Client(url=amqp_url, connection=connection, channel=channel)
-    try:
-        yield client
-    finally:
-        if client.connection.is_closed:
-            await client.reconnect()
-        await client.cleanup()
-        await client.connection.close()
 
 
 @dataclass(frozen=True, slots=True)

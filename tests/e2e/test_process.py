@@ -19,7 +19,6 @@ import yaml
 
 from sidecar.service import CONFIG_POLL_S
 from tests.e2e.conftest import (
-    Client,
     Flow,
     Sidecar,
     declare_flow,
@@ -32,6 +31,7 @@ from tests.e2e.conftest import (
     take_ids,
     take_until,
 )
+from tests.support import Broker
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -51,7 +51,29 @@ async def stop_cleanly(sidecar: Sidecar) -> None:
     assert status == 0, f"exit status {status} after SIGTERM\n{sidecar.output()}"
 
 
-async def wait_partial(broker: Client, sidecar: Sidecar, queue: str, *, at_least: int) -> None:
+async def account_after_fault(
+    broker: Broker,
+    sidecar: Sidecar,
+    flow: Flow,
+    ids: list[str],
+    relayed: list[str],
+    *,
+    quarantined: str,
+    fault: str,
+) -> None:
+    """Stop cleanly, then assert every id was relayed (duplicates allowed and reported)."""
+    await stop_cleanly(sidecar)
+    relayed += await take_ids(broker, flow.target)
+    left = await take_ids(broker, flow.staging)
+    print(  # noqa: T201 - the measurement the fault tests report
+        f"{fault}: {len(ids)} messages, {len(relayed)} relayed, {duplicates(relayed)} duplicates"
+    )
+    assert set(relayed) == set(ids)
+    assert left == [], f"{len(left)} still in staging after a clean stop\n{sidecar.output()}"
+    assert await take_ids(broker, quarantined) == []
+
+
+async def wait_partial(broker: Broker, sidecar: Sidecar, queue: str, *, at_least: int) -> None:
     """Wait until a target queue holds ``at_least`` messages: the flow is under way."""
 
     async def started() -> bool:
@@ -64,7 +86,7 @@ async def wait_partial(broker: Client, sidecar: Sidecar, queue: str, *, at_least
 
 @pytest.mark.e2e
 async def test_sigterm_mid_flow_settles_in_flight_loses_nothing_and_exits_0(
-    broker: Client, sidecar: Sidecar
+    broker: Broker, sidecar: Sidecar
 ) -> None:
     """SIGTERM drains in-flight work (confirm, then ack) and exits 0: no loss, no duplicate."""
     quarantine, quarantined = await declare_quarantine(broker)
@@ -101,7 +123,7 @@ async def test_sigterm_mid_flow_settles_in_flight_loses_nothing_and_exits_0(
 
 
 @pytest.mark.e2e
-async def test_kill_9_mid_flow_then_restart_loses_nothing(broker: Client, sidecar: Sidecar) -> None:
+async def test_kill_9_mid_flow_then_restart_loses_nothing(broker: Broker, sidecar: Sidecar) -> None:
     """kill -9 mid-flow loses nothing: the restarted sidecar relays every unacked message."""
     quarantine, quarantined = await declare_quarantine(broker)
     flow = await declare_flow(broker, "kill")
@@ -121,20 +143,14 @@ async def test_kill_9_mid_flow_then_restart_loses_nothing(broker: Client, sideca
     relayed = await take_until(
         broker, flow.target, ids, timeout_s=DELIVERY_TIMEOUT_S, context=sidecar.output
     )
-    await stop_cleanly(sidecar)
-    relayed += await take_ids(broker, flow.target)
-    left = await take_ids(broker, flow.staging)
-    print(  # noqa: T201 - the measurement the fault tests report
-        f"kill -9: {len(ids)} messages, {len(relayed)} relayed, {duplicates(relayed)} duplicates"
+    await account_after_fault(
+        broker, sidecar, flow, ids, relayed, quarantined=quarantined, fault="kill -9"
     )
-    assert set(relayed) == set(ids)
-    assert left == [], f"{len(left)} still in staging after a clean stop\n{sidecar.output()}"
-    assert await take_ids(broker, quarantined) == []
 
 
 @pytest.mark.e2e
 async def test_sighup_adds_a_route_and_refuses_an_invalid_map(
-    broker: Client, sidecar: Sidecar
+    broker: Broker, sidecar: Sidecar
 ) -> None:
     """SIGHUP applies a valid new route map live, and refuses an invalid one, keeping the old."""
     quarantine, _ = await declare_quarantine(broker)
@@ -185,7 +201,7 @@ async def test_sighup_adds_a_route_and_refuses_an_invalid_map(
 @pytest.mark.e2e
 @pytest.mark.parametrize("valid", [True, False], ids=["valid", "invalid"])
 async def test_an_edit_followed_by_sighup_is_one_reload(
-    broker: Client, sidecar: Sidecar, *, valid: bool
+    broker: Broker, sidecar: Sidecar, *, valid: bool
 ) -> None:
     """Editing the file then sending SIGHUP (the documented way) reloads it once, not twice."""
     quarantine, _ = await declare_quarantine(broker)
@@ -225,7 +241,7 @@ BAD_MAPS = {
 @pytest.mark.e2e
 @pytest.mark.parametrize("case", sorted(BAD_MAPS))
 async def test_bad_config_exits_2_naming_file_and_line(
-    broker: Client, sidecar: Sidecar, case: str
+    broker: Broker, sidecar: Sidecar, case: str
 ) -> None:
     """A bad route map exits 2 before touching a message; stderr says FILE:LINE: and what."""
     bad_line, expected = BAD_MAPS[case]
@@ -260,7 +276,7 @@ def _local_broker(url: str) -> bool:
 
 @pytest.mark.e2e
 async def test_connection_loss_mid_flow_reconnects_and_loses_nothing(
-    broker: Client, sidecar: Sidecar
+    broker: Broker, sidecar: Sidecar
 ) -> None:
     """rabbitmqctl close_all_connections mid-flow: the sidecar reconnects and relays every id."""
     rabbitmqctl = shutil.which("rabbitmqctl")
@@ -302,21 +318,14 @@ async def test_connection_loss_mid_flow_reconnects_and_loses_nothing(
     relayed = await take_until(
         broker, flow.target, ids, timeout_s=DELIVERY_TIMEOUT_S, context=sidecar.output
     )
-    await stop_cleanly(sidecar)
-    relayed += await take_ids(broker, flow.target)
-    left = await take_ids(broker, flow.staging)
-    print(  # noqa: T201 - the measurement the fault tests report
-        f"connection loss: {len(ids)} messages, {len(relayed)} relayed,"
-        f" {duplicates(relayed)} duplicates"
+    await account_after_fault(
+        broker, sidecar, flow, ids, relayed, quarantined=quarantined, fault="connection loss"
     )
-    assert set(relayed) == set(ids)
-    assert left == [], f"{len(left)} still in staging after a clean stop\n{sidecar.output()}"
-    assert await take_ids(broker, quarantined) == []
 
 
 @pytest.mark.e2e
 async def test_missing_target_exchange_pauses_only_its_route_until_it_exists(
-    broker: Client, sidecar: Sidecar
+    broker: Broker, sidecar: Sidecar
 ) -> None:
     """A missing target exchange pauses its route (503, messages stay) until it is declared."""
     quarantine, quarantined = await declare_quarantine(broker)
@@ -363,7 +372,7 @@ async def test_missing_target_exchange_pauses_only_its_route_until_it_exists(
 
 
 @pytest.mark.e2e
-async def test_copies_the_target_refuses_are_never_acked(broker: Client, sidecar: Sidecar) -> None:
+async def test_copies_the_target_refuses_are_never_acked(broker: Broker, sidecar: Sidecar) -> None:
     """A nacked publish leaves its staging message unacked: what the target refuses stays."""
     quarantine, quarantined = await declare_quarantine(broker)
     staging = await broker.queue("full.staging")
