@@ -269,7 +269,8 @@ def _read_int(
         case str() | bytes():
             text = value if isinstance(value, str) else _decode(value)
             number = _parse_base10(text)
-            if number is None and is_first_seen:
+            if number is None and is_first_seen and isinstance(value, str):
+                # Section 9: an RFC 3339 first-seen is accepted only as a string.
                 number = _parse_rfc3339_ms(text)
         case float():
             if math.isfinite(value):
