@@ -6,8 +6,8 @@ Needs the local broker with rabbitmq_shovel enabled (scripts/broker --plugins).
 Each path drains N 1 KiB messages (a realistic AceMQ header set; one in four needs
 repair) from a full queue to a bound target queue, timed from the moment its consumer
 starts until the target holds N and the source is empty. Prints msg/s for each path, the
-sidecar's ratio to the others, and the sidecar's peak RSS. Compare ratios within one run:
-the broker shares the machine's cores with the code under test.
+sidecar's ratio to the others, its p50/p99 latency at a fixed rate, and its peak RSS.
+Compare ratios within one run: the broker shares the cores with the code under test.
 """
 
 from __future__ import annotations
@@ -105,6 +105,42 @@ async def raw_relay(
     await channel.close()
 
 
+async def latency(
+    connection: aiormq.abc.AbstractConnection, source: str, target: str, *, rate: int, seconds: int
+) -> tuple[float, float]:
+    """Publish at a fixed rate through the running sidecar; return p50 and p99 in ms.
+
+    The latency is publish -> arrival on the target queue, so it includes the broker's two
+    hops and the sidecar's confirm round trip.
+    """
+    publisher = await connection.channel(publisher_confirms=False)
+    consumer = await connection.channel()
+    samples: list[float] = []
+    total = rate * seconds
+    done = asyncio.Event()
+
+    def on_message(message: aiormq.abc.DeliveredMessage) -> None:
+        sent = (message.header.properties.headers or {}).get("x-bench-sent-ns")
+        if isinstance(sent, int):
+            samples.append((time.perf_counter_ns() - sent) / 1e6)
+        if len(samples) >= total:
+            done.set()
+
+    await consumer.basic_consume(target, on_message, no_ack=True)
+    start = time.perf_counter()
+    for i in range(total):
+        await asyncio.sleep(max(0.0, start + i / rate - time.perf_counter()))
+        headers = {**headers_for(i), "x-bench-sent-ns": time.perf_counter_ns()}
+        properties = Basic.Properties(headers=headers, delivery_mode=2, message_id=f"l-{i}")  # type: ignore[arg-type]
+        await publisher.basic_publish(BODY, routing_key=source, properties=properties)
+    async with asyncio.timeout(30):
+        await done.wait()
+    await consumer.close()
+    await publisher.close()
+    samples.sort()
+    return samples[len(samples) // 2], samples[int(len(samples) * 0.99)]
+
+
 def free_port() -> int:
     """A free localhost port for the sidecar's HTTP server."""
     with socket.socket() as s:
@@ -154,6 +190,7 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("n", nargs="?", type=int, default=20_000)
     parser.add_argument("--prefetch", type=int, default=512)
+    parser.add_argument("--rate", type=int, default=500, help="msg/s for the latency phase")
     args = parser.parse_args()
     n, prefetch = args.n, args.prefetch
     connection = await aiormq.connect(URL)
@@ -173,6 +210,13 @@ async def main() -> None:
         t0 = time.perf_counter()
         await wait_drained(channel, names["a"], names["b"], n)
         results["sidecar_msg_s"] = n / (time.perf_counter() - t0)
+        await channel.queue_purge(names["b"])  # the latency phase reads the target afresh
+        p50, p99 = await latency(connection, names["a"], names["b"], rate=args.rate, seconds=10)
+        results["latency_rate_msg_s"], results["latency_p50_ms"], results["latency_p99_ms"] = (
+            args.rate,
+            p50,
+            p99,
+        )
         results["sidecar_peak_rss_mib"] = round(peak_rss_mib(process.pid), 1)
         process.terminate()
         process.wait(timeout=30)
@@ -221,6 +265,10 @@ async def main() -> None:
     print(
         f"sidecar / raw relay {results['sidecar_vs_raw_relay']:.2f}"
         f"   sidecar / shovel {results['sidecar_vs_shovel']:.2f}"
+    )
+    print(
+        f"sidecar latency at {args.rate} msg/s: p50 {results['latency_p50_ms']:.1f} ms,"
+        f" p99 {results['latency_p99_ms']:.1f} ms"
     )
     print(f"sidecar peak RSS {results['sidecar_peak_rss_mib']} MiB")
 
