@@ -303,7 +303,7 @@ class RouteWorker:
         self._metrics.add_in_flight(route, 1)
         started = self._clock.monotonic()
         try:
-            outcome = await self._relay_one(channel, delivery)
+            outcome = await self._relay_or_quarantine(channel, delivery)
             if outcome is not None and await channel.ack(delivery.delivery_tag):
                 self._metrics.observe_message(route, outcome, self._clock.monotonic() - started)
         except ChannelLostError as e:
@@ -313,26 +313,26 @@ class RouteWorker:
         except RoutePausedError as e:
             self._pause(str(e))
             await channel.close()  # every unacked delivery goes back; run() backs off
-        except Exception as e:
-            # A bug, not a message problem. Requeueing would spin on the same message, so
-            # quarantine it with the error; if even that fails, pause the route.
-            log.exception("route %s: unexpected error while relaying a message", route)
-            await self._quarantine_after_bug(channel, delivery, error=e)
+        except Exception:
+            log.exception("route %s: quarantine after an internal error failed", route)
+            self._pause("internal error; see the log")
+            await channel.close()
         finally:
             self._in_flight -= 1
             self._metrics.add_in_flight(route, -1)
             if self._in_flight == 0:
                 self._idle.set()
 
-    async def _quarantine_after_bug(
-        self, channel: Channel, delivery: Delivery, *, error: Exception
-    ) -> None:
+    async def _relay_or_quarantine(self, channel: Channel, delivery: Delivery) -> Outcome | None:
         try:
-            await self._quarantine(channel, delivery, reason=f"internal error: {error!r}")
-            await channel.ack(delivery.delivery_tag)
-        except Exception:
-            log.exception("route %s: quarantine after an internal error failed", self.route.name)
-            await channel.close()
+            return await self._relay_one(channel, delivery)
+        except (ChannelLostError, MissingEntityError, RoutePausedError):
+            raise
+        except Exception as e:
+            # A bug, not a message problem. Requeueing would spin on the same message, so
+            # it goes to quarantine with the error.
+            log.exception("route %s: unexpected error while relaying a message", self.route.name)
+            return await self._quarantine(channel, delivery, reason=f"internal error: {e!r}")
 
     async def _relay_one(self, channel: Channel, delivery: Delivery) -> Outcome | None:
         """Publish the right copy; return the outcome to ack with, or None to leave it."""

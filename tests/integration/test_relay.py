@@ -460,3 +460,35 @@ async def test_deleted_staging_queue_pauses_then_resumes(
         (message,) = await broker.take(topo.target, 1, timeout_s=40)
         await wait_for(lambda: service.readiness().ok, timeout_s=5, what="ready")
     assert headers_of(message)["x-acemq-id"] == "back-1"
+
+
+async def test_internal_error_quarantines_instead_of_spinning(
+    broker: Broker, run_sidecar: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug on one message quarantines it with the error; the route goes on with the next."""
+    import sidecar.relay  # noqa: PLC0415
+
+    real = sidecar.relay.normalise
+
+    def flaky(routing_key: str, properties: Any, headers: Any, **kwargs: Any) -> Any:
+        if headers.get("x-acemq-id") == "bug-1":
+            raise RuntimeError("boom")
+        return real(routing_key, properties, headers, **kwargs)
+
+    monkeypatch.setattr(sidecar.relay, "normalise", flaky)
+    topo = await make_topology(broker)
+    async with run_sidecar(one_route(broker, topo)) as running:
+        await broker.publish(topo.staging, headers=envelope("bug-1"))
+        await broker.publish(topo.staging, headers=envelope("ok-1"))
+        (quarantined,) = await broker.take(topo.quarantine, 1)
+        (relayed,) = await broker.take(topo.target, 1)
+        await wait_for(
+            lambda: (
+                running.sample("acemq_sidecar_messages_total", route="r1", outcome="quarantined")
+                == 1
+            ),
+            what="quarantined count",
+        )
+    assert headers_of(quarantined)[ERROR_HEADER] == "internal error: RuntimeError('boom')"
+    assert headers_of(relayed)["x-acemq-id"] == "ok-1"
+    assert await broker.depth(topo.staging) == 0
