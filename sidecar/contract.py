@@ -89,6 +89,8 @@ class Relay:
     properties: Mapping[str, PropertyValue]
     headers: Mapping[str, FieldValue]
     violations: tuple[Violation, ...]
+    # The unknown x-acemq- names stripped: for the log, never for a metric label (section 6).
+    stripped: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -288,7 +290,10 @@ def _read_int(
     return number
 
 
-@lru_cache(maxsize=4096)
+_CACHED_STAMP_CHARS = 64  # real stamps are ~20-35 characters; junk is not cached
+
+
+@lru_cache(maxsize=1024)
 def _restamp(text: str) -> str | None:
     """Return the canonical form of a textual replay stamp; None when it is unreadable.
 
@@ -319,7 +324,7 @@ def _read_replayed_at(value: FieldValue, found: list[Violation]) -> FieldValue:
         case _:
             pass
     if text is not None:
-        stamp = _restamp(text)
+        stamp = _restamp(text) if len(text) <= _CACHED_STAMP_CHARS else _restamp.__wrapped__(text)
     else:
         stamp = None if epoch_ms is None else _format_rfc3339(epoch_ms)
     if stamp is None:
@@ -333,8 +338,25 @@ def _read_replayed_at(value: FieldValue, found: list[Violation]) -> FieldValue:
 # --- the steps of normalise ------------------------------------------------------------
 
 
+def readable(text: str) -> str:
+    """Return text safe to write as UTF-8: undecodable bytes of a name become escapes.
+
+    The codec keeps a field name that is not UTF-8 as surrogate escapes (so it re-encodes
+    byte for byte); a reason or a log line must not carry those.
+    """
+    return text if text.isascii() else _wire_bytes(text).decode("utf-8", "backslashreplace")
+
+
+def _wire_bytes(text: str) -> bytes:
+    """Return the bytes a decoded name or property stood for, surrogate escapes included."""
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a lone surrogate that no decoder of ours produced
+        return text.encode("utf-8", "surrogatepass")
+
+
 def _reject_reason(names: list[str]) -> str:
-    quoted = ", ".join(f'"{name}"' for name in sorted(names))
+    quoted = ", ".join(f'"{readable(name)}"' for name in sorted(names))
     if len(names) == 1:
         said = f'header {quoted} is in the reserved "{RESERVED_PREFIX}" namespace and was set'
         fate = "it would be dropped"
@@ -388,7 +410,17 @@ def _rename_legacy(contract: dict[str, FieldValue], found: list[Violation]) -> N
 
 def _property_text(properties: Mapping[str, PropertyValue], name: str) -> str | None:
     value = properties.get(name)
-    return value if isinstance(value, str) and value else None
+    if not isinstance(value, str) or not value:
+        return None
+    return value if value.isascii() else _as_utf8(value)
+
+
+def _as_utf8(text: str) -> str:
+    """Read a property that was not valid UTF-8 (kept as surrogate escapes) like bytes.
+
+    Section 3: invalid sequences become U+FFFD, so the header it fills can be written.
+    """
+    return _decode(_wire_bytes(text))
 
 
 _T = TypeVar("_T", str, int)
@@ -598,7 +630,7 @@ def _normalise_properties(env: _Envelope, msg_id: str, login: str) -> dict[str, 
             found.append(Violation(Kind.EMPTY_VALUE, "user_id"))
         else:
             found.append(Violation(Kind.MOVED, "user_id"))
-            headers[ORIGINAL_USER_ID] = str(user_id)
+            headers[ORIGINAL_USER_ID] = _as_utf8(str(user_id))
     return properties
 
 
@@ -636,4 +668,9 @@ def normalise(
     out_headers = env.headers
     for name, value in application.items():
         out_headers.setdefault(name, value)
-    return Relay(properties=out_properties, headers=out_headers, violations=tuple(found))
+    return Relay(
+        properties=out_properties,
+        headers=out_headers,
+        violations=tuple(found),
+        stripped=tuple(readable(name) for name in unknown),
+    )

@@ -107,7 +107,13 @@ def header_tables() -> st.SearchStrategy[dict[str, FieldValue]]:
 
 
 def property_tables() -> st.SearchStrategy[dict[str, Any]]:
-    text = st.one_of(st.just(""), st.text(max_size=20), st.sampled_from(["guest", "svc"]))
+    text = st.one_of(
+        st.just(""),
+        st.text(max_size=20),
+        st.sampled_from(["guest", "svc"]),
+        # a short string that is not UTF-8, as the adapter keeps it (surrogate escapes)
+        st.binary(max_size=12).map(lambda raw: raw.decode("utf-8", "surrogateescape")),
+    )
     return st.fixed_dictionaries(
         {},
         optional={

@@ -13,7 +13,7 @@ import pytest
 
 from sidecar.contract import Policy, Publishers, Reject, Relay, normalise
 from sidecar.vectors import from_json, to_json
-from sidecar.wire import ByteArray, Float32, Int64, Timestamp, UInt64
+from sidecar.wire import ByteArray, Float32, Int64, Timestamp, UInt64, encode_table
 
 NOW = 1_790_000_000_000
 BASE: dict[str, Any] = {
@@ -258,3 +258,33 @@ def test_input_is_not_mutated(new_id: Callable[[], str]) -> None:
     snapshot = (dict(headers), dict(properties))
     normalise("rk", properties, headers, policy=Policy(), now_ms=NOW, new_id=new_id)
     assert (headers, properties) == snapshot
+
+
+def test_undecodable_reserved_name_reason_is_writable(new_id: Callable[[], str]) -> None:
+    """A reserved name that is not UTF-8 is escaped in the reason, so quarantine can write it."""
+    name = b"x-acemq-\xff".decode("utf-8", "surrogateescape")  # how the codec keeps it
+    verdict = run(new_id, {name: "1"}, publishers=Publishers.APPS)
+    assert isinstance(verdict, Reject)
+    assert '"x-acemq-\\xff"' in verdict.reason
+    verdict.reason.encode("utf-8")
+
+
+def test_stripped_names_are_reported_for_the_log(new_id: Callable[[], str]) -> None:
+    """The real names of stripped headers travel with the verdict, never in a label."""
+    verdict = run(new_id, {"x-acemq-zone": "eu", "x-acemq-b": None})
+    assert isinstance(verdict, Relay)
+    assert sorted(verdict.stripped) == ["x-acemq-b", "x-acemq-zone"]
+    assert {v.header for v in verdict.violations} == {"x-acemq-*"}
+
+
+def test_property_that_is_not_utf8_fills_headers_with_replacements(
+    new_id: Callable[[], str],
+) -> None:
+    """A non-UTF-8 message_id or user_id is read like bytes: U+FFFD, so headers stay writable."""
+    raw = b"m-\xff".decode("utf-8", "surrogateescape")
+    verdict = run(new_id, {}, properties={"message_id": raw, "user_id": raw}, drop=("x-acemq-id",))
+    assert isinstance(verdict, Relay)
+    assert verdict.headers["x-acemq-id"] == "m-\ufffd"
+    assert verdict.properties["message_id"] == "m-\ufffd"
+    assert verdict.headers["acemq-original-user-id"] == "m-\ufffd"
+    encode_table(dict(verdict.headers))
