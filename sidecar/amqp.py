@@ -234,6 +234,7 @@ class PublishOutcome(StrEnum):
     CONFIRMED = "confirmed"
     RETURNED = "returned"  # mandatory and unroutable
     NACKED = "nacked"
+    TIMED_OUT = "timed out"  # no confirm in time; the channel is still usable
 
 
 class Channel:
@@ -259,16 +260,18 @@ class Channel:
 
     async def wait_closed(self) -> str:
         """Return why, once the channel closes or the broker cancels its consumer."""
-        closing = asyncio.ensure_future(asyncio.shield(self._channel.closing))
+        closed = asyncio.ensure_future(asyncio.shield(self._channel.closing))
         cancelled = asyncio.ensure_future(self._cancelled_by_broker.wait())
         try:
-            await asyncio.wait((closing, cancelled), return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait((closed, cancelled), return_when=asyncio.FIRST_COMPLETED)
         finally:
-            closing.cancel()
+            closed.cancel()
             cancelled.cancel()
         if self._cancelled_by_broker.is_set():
             return "the broker cancelled the consumer (was the queue deleted?)"
-        return "channel closed"
+        closing = self._channel.closing
+        reason = closing.exception() if closing.done() and not closing.cancelled() else None
+        return f"channel closed by the broker: {reason}" if reason else "channel closed"
 
     async def consume(
         self, queue: str, callback: Callable[[Delivery], Awaitable[None]], *, consumer_tag: str
@@ -282,8 +285,9 @@ class Channel:
             await self._channel.basic_consume(queue, on_message, consumer_tag=consumer_tag)
         except aiormq.exceptions.ChannelNotFoundEntity as e:
             raise MissingEntityError(kind="queue", name=queue) from e
-        except (aiormq.exceptions.AMQPError, ConnectionError) as e:
-            raise ChannelLostError(str(e)) from e
+        except (aiormq.exceptions.AMQPError, ConnectionError, RuntimeError) as e:
+            # RuntimeError: aiormq's ChannelInvalidStateError, the channel closed meanwhile
+            raise ChannelLostError(f"cannot consume {queue!r}: {e!r}") from e
 
     async def cancel(self, consumer_tag: str) -> None:
         """Stop deliveries to a consumer; in-flight ones stay ours to settle."""
@@ -321,11 +325,14 @@ class Channel:
             return PublishOutcome.NACKED
         except aiormq.exceptions.ChannelNotFoundEntity as e:
             raise MissingEntityError(kind="exchange", name=exchange) from e
+        except TimeoutError:
+            if self._channel.is_closed:
+                raise ChannelLostError(f"publish to {exchange!r}: the channel closed") from None
+            return PublishOutcome.TIMED_OUT
         except (
             aiormq.exceptions.AMQPError,
             aiormq.exceptions.ChannelInvalidStateError,
             ConnectionError,
-            TimeoutError,
         ) as e:
             raise ChannelLostError(f"publish to {exchange!r} failed: {e!r}") from e
         finally:

@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 QUARANTINED_FROM = "acemq-quarantined-from"
 ERROR_HEADER = "x-acemq-error"
 ORIGINAL_HEADERS = "acemq-original-headers"
+ORIGINAL_ERROR = "acemq-original-error"
 CONFIRM_TIMEOUT_S = 30.0
 VIOLATION_LOG_INTERVAL_S = 60.0
 
@@ -101,12 +102,15 @@ def quarantine_copy(
 ) -> tuple[dict[str, PropertyValue], dict[str, FieldValue]]:
     """Return the properties and headers of a delivery's quarantine copy (DESIGN.md).
 
-    The headers are as received plus the reason and the staging queue; a table the codec
-    could not read travels whole, as a byte array, in ``acemq-original-headers``.
+    The headers are as received plus the reason and the staging queue; an envelope error
+    already there moves to ``acemq-original-error``; a table the codec could not read
+    travels whole, as a byte array, in ``acemq-original-headers``.
     """
     headers: dict[str, FieldValue] = dict(delivery.headers)
     if delivery.undecodable is not None:
         headers[ORIGINAL_HEADERS] = ByteArray(delivery.undecodable.raw)
+    if ERROR_HEADER in headers:  # the envelope's own error is kept, not overwritten
+        headers[ORIGINAL_ERROR] = headers[ERROR_HEADER]
     headers[ERROR_HEADER] = reason
     headers[QUARANTINED_FROM] = queue
     return publishable_properties(delivery.properties, headers, login=login), headers
@@ -164,6 +168,8 @@ class RouteWorker:
         self._pause_reason: str | None = "starting"
         self._violation_log = _ViolationLog(VIOLATION_LOG_INTERVAL_S)
         self._consumer_tag = f"acemq-sidecar.{route.name}"
+        # False once a reload has handed the route's gauge to this worker's successor.
+        self._owns_gauge = True
 
     # --- state read by /readyz (from the HTTP thread: plain attribute reads only) ---
 
@@ -179,13 +185,26 @@ class RouteWorker:
 
     # --- lifecycle ---
 
-    def request_stop(self) -> None:
-        """Ask the worker to stop consuming and settle what it holds."""
+    def request_stop(self, *, replaced: bool = False) -> None:
+        """Ask the worker to stop consuming and settle what it holds.
+
+        ``replaced``: a successor runs the same route now (a reload), so this worker must
+        no longer report the route up or down.
+        """
+        if replaced:
+            self._owns_gauge = False
         self._stop.set()
 
+    def _set_gauge(self, *, up: bool) -> None:
+        if self._owns_gauge:
+            self._metrics.set_route_up(self.route.name, up=up)
+
     async def run(self, connection: Connection, *, grace_s: float) -> None:
-        """Consume until stopped or the connection drops; retry a paused route with backoff."""
-        route = self.route
+        """Consume until stopped or the connection drops; retry a paused route with backoff.
+
+        The backoff is reset by progress (an ack), not by a channel that merely opened:
+        a route whose every publish fails must not reopen (and requeue) in a tight loop.
+        """
         while not self._stop.is_set() and connection.is_open:
             try:
                 channel = await self._open(connection)
@@ -193,9 +212,11 @@ class RouteWorker:
                 self._pause(f"{e}; create it (the sidecar does not declare topology)")
             except ChannelLostError as e:
                 self._pause(str(e))
+            except Exception as e:
+                # Never let one route take the others down with it.
+                log.exception("route %s: unexpected error while starting", self.route.name)
+                self._pause(f"unexpected error while starting: {e!r}")
             else:
-                self._backoff.reset()
-                self._set_up()
                 reason = await self._consume_until_closed(channel, connection)
                 if self._stop.is_set():
                     await self._drain(channel, grace_s=grace_s)
@@ -204,7 +225,7 @@ class RouteWorker:
                     self._pause(reason)
                 await channel.close()
             await self._sleep(self._backoff.next_delay())
-        self._metrics.set_route_up(route.name, up=False)
+        self._set_gauge(up=False)
         if self._pause_reason is None:
             self._pause_reason = "stopped"
 
@@ -218,6 +239,8 @@ class RouteWorker:
         async def on_delivery(delivery: Delivery) -> None:
             await self._settle(channel, delivery)
 
+        # Up before the first delivery can arrive, so a delivery's pause is not undone.
+        self._set_up()
         try:
             await channel.consume(route.queue, on_delivery, consumer_tag=self._consumer_tag)
         except BaseException:
@@ -271,7 +294,7 @@ class RouteWorker:
 
     def _set_up(self) -> None:
         self._pause_reason = None
-        self._metrics.set_route_up(self.route.name, up=True)
+        self._set_gauge(up=True)
         log.info(
             "route %s consuming %s -> exchange %r",
             self.route.name,
@@ -283,7 +306,7 @@ class RouteWorker:
     def _pause(self, reason: str) -> None:
         if self._stop.is_set():
             return
-        self._metrics.set_route_up(self.route.name, up=False)
+        self._set_gauge(up=False)
         if reason != self._pause_reason:
             log.warning(
                 "route %s paused: %s; retrying with backoff",
@@ -296,25 +319,36 @@ class RouteWorker:
     # --- one delivery ---
 
     async def _settle(self, channel: Channel, delivery: Delivery) -> None:
-        """Settle one delivery: publish a copy, wait for the confirm, then ack."""
+        """Settle one delivery: publish a copy, wait for the confirm, then ack.
+
+        When the broker will not take the copy for now (a nack, no confirm in time, a
+        quarantine that does not route), the delivery is kept and retried with backoff
+        on this channel: closing the channel would requeue it, and a quorum queue counts
+        every requeue against its delivery limit.
+        """
         route = self.route.name
         self._in_flight += 1
         self._idle.clear()
         self._metrics.add_in_flight(route, 1)
         started = self._clock.monotonic()
         try:
-            outcome = await self._relay_or_quarantine(channel, delivery)
+            while True:
+                try:
+                    outcome = await self._relay_or_quarantine(channel, delivery)
+                    break
+                except RoutePausedError as e:
+                    self._pause(str(e))
+                    if not await self._wait_to_retry(channel):
+                        return  # stopping, or the channel went: the broker redelivers
             if outcome is not None and await channel.ack(delivery.delivery_tag):
                 self._metrics.observe_message(route, outcome, self._clock.monotonic() - started)
+                self._progressed(channel)
         except ChannelLostError as e:
             log.debug("route %s: delivery left to the broker: %s", route, e)
         except MissingEntityError as e:
             self._pause(f"{e}; create it (the sidecar does not declare topology)")
-        except RoutePausedError as e:
-            self._pause(str(e))
-            await channel.close()  # every unacked delivery goes back; run() backs off
         except Exception:
-            log.exception("route %s: quarantine after an internal error failed", route)
+            log.exception("route %s: a delivery could not be settled", route)
             self._pause("internal error; see the log")
             await channel.close()
         finally:
@@ -322,6 +356,20 @@ class RouteWorker:
             self._metrics.add_in_flight(route, -1)
             if self._in_flight == 0:
                 self._idle.set()
+
+    async def _wait_to_retry(self, channel: Channel) -> bool:
+        """Back off before a retry; False when the retry should not happen."""
+        await self._sleep(self._backoff.next_delay())
+        return not self._stop.is_set() and channel.is_open
+
+    def _progressed(self, channel: Channel) -> None:
+        """Note a settled delivery: the route works (again), so reset the backoff."""
+        if self._backoff.attempt:
+            self._backoff.reset()
+        if self._pause_reason is not None and channel.is_open and not self._stop.is_set():
+            log.info("route %s resumed", self.route.name, extra={"route": self.route.name})
+            self._pause_reason = None
+            self._set_gauge(up=True)
 
     async def _relay_or_quarantine(self, channel: Channel, delivery: Delivery) -> Outcome | None:
         try:
@@ -363,6 +411,12 @@ class RouteWorker:
         routing_key = self.route.routing_key
         if routing_key is None:
             routing_key = delivery.routing_key
+        if self.route.exchange == "" and routing_key == self.route.queue:
+            reason = (
+                f'the copy would go back into staging queue "{self.route.queue}" (default'
+                f' exchange, routing key "{routing_key}"); set to.routing_key to its target queue'
+            )
+            return await self._quarantine(channel, delivery, reason=reason)
         try:
             published = await channel.publish(
                 delivery.body,
@@ -385,11 +439,14 @@ class RouteWorker:
                 )
                 return await self._quarantine(channel, delivery, reason=reason)
             case PublishOutcome.NACKED:
-                # Requeueing at once would spin while the target refuses (a full queue with
-                # overflow reject-publish); pause the route and let the broker redeliver.
                 raise RoutePausedError(
                     f'the broker refused (nacked) a publish to exchange "{self.route.exchange}";'
                     " is a target queue full with overflow reject-publish?"
+                )
+            case PublishOutcome.TIMED_OUT:
+                raise RoutePausedError(
+                    f"no confirm from the broker within {CONFIRM_TIMEOUT_S:.0f}s for a publish to"
+                    f' exchange "{self.route.exchange}" (a memory or disk alarm?)'
                 )
 
     async def _quarantine(self, channel: Channel, delivery: Delivery, *, reason: str) -> Outcome:
@@ -406,6 +463,11 @@ class RouteWorker:
             )
         except (WireError, ValueError, TypeError) as e:
             raise QuarantineFailedError(f"quarantine copy cannot be encoded: {e}") from e
+        if published is PublishOutcome.TIMED_OUT:
+            raise QuarantineFailedError(
+                f"no confirm for a quarantine copy within {CONFIRM_TIMEOUT_S:.0f}s on exchange"
+                f' "{self._quarantine_exchange}"; messages stay in staging until it takes them'
+            )
         if published is not PublishOutcome.CONFIRMED:
             raise QuarantineFailedError(
                 f'quarantine exchange "{self._quarantine_exchange}" {published.value} the copy'
@@ -421,21 +483,27 @@ class RouteWorker:
         return Outcome.QUARANTINED
 
     def _record_violations(self, verdict: Verdict, delivery: Delivery) -> None:
+        """Count every violation; log each (kind, header) at most once per interval.
+
+        The log line carries what a metric label must not: the real names of stripped
+        reserved headers and a reject's reason (CONTRACT.md section 6).
+        """
         route = self.route.name
         pairs = [(str(v.kind), v.header) for v in verdict.violations]
         self._metrics.count_violations(route, pairs)
         now = self._clock.monotonic()
         for kind, header in pairs:
-            if self._violation_log.should_log((kind, header), now):
-                log.info(
-                    "route %s: %s on %s",
-                    route,
-                    kind,
-                    header,
-                    extra={
-                        "route": route,
-                        "kind": kind,
-                        "header": header,
-                        "message_id": delivery.properties.get("message_id"),
-                    },
-                )
+            if not self._violation_log.should_log((kind, header), now):
+                continue
+            extra: dict[str, object] = {
+                "route": route,
+                "kind": kind,
+                "header": header,
+                "message_id": delivery.properties.get("message_id"),
+            }
+            match verdict:
+                case Relay(stripped=stripped) if stripped and kind == "unknown_reserved":
+                    extra["names"] = ", ".join(stripped)
+                case Reject(reason=reason):
+                    extra["reason"] = reason
+            log.info("route %s: %s on %s", route, kind, header, extra=extra)

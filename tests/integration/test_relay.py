@@ -55,7 +55,7 @@ def one_route(broker: Broker, topo: Any, **route: Any) -> str:
     return route_map_yaml(
         broker.url,
         topo.quarantine_exchange,
-        [{"name": "r1", "from": topo.staging, "exchange": topo.target_exchange, **route}],
+        [{"name": "r1", "from": topo.staging, "exchange": topo.target_exchange} | route],
         mode=route.pop("global_mode", "enforce"),
     )
 
@@ -420,6 +420,7 @@ async def test_reload_adds_a_route_and_refuses_an_invalid_map(
     async with run_sidecar(
         route_map_yaml(broker.url, first.quarantine_exchange, routes)
     ) as running:
+        routes[0]["prefetch"] = 7  # route one restarts under the new map
         routes.append({"name": "two", "from": second.staging, "exchange": second.target_exchange})
         running.path.write_text(route_map_yaml(broker.url, first.quarantine_exchange, routes))
         running.service.request_reload()
@@ -429,6 +430,11 @@ async def test_reload_adds_a_route_and_refuses_an_invalid_map(
         )
         await broker.publish(second.staging, headers=envelope("two-1"))
         await broker.take(second.target, 1)
+        await broker.publish(first.staging, headers=envelope("one-0"))
+        await broker.take(first.target, 1)
+        await asyncio.sleep(0.2)  # the old worker of route one has drained and gone
+        assert running.sample("acemq_sidecar_route_up", route="one") == 1
+        assert running.service.readiness().ok
         running.path.write_text("routes: [{name: x, frm: y}]\n")
         running.service.request_reload()
         await wait_for(
@@ -492,3 +498,88 @@ async def test_internal_error_quarantines_instead_of_spinning(
     assert headers_of(quarantined)[ERROR_HEADER] == "internal error: RuntimeError('boom')"
     assert headers_of(relayed)["x-acemq-id"] == "ok-1"
     assert await broker.depth(topo.staging) == 0
+
+
+async def test_quarantine_that_does_not_route_holds_and_retries_in_place(
+    broker: Broker, run_sidecar: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A quarantine nobody can receive pauses the route without reopening (requeueing) it."""
+    from sidecar.relay import RouteWorker  # noqa: PLC0415
+
+    opens = {"count": 0}
+    real_open = RouteWorker._open
+
+    async def counting_open(self: RouteWorker, connection: Any) -> Any:
+        opens["count"] += 1
+        return await real_open(self, connection)
+
+    monkeypatch.setattr(RouteWorker, "_open", counting_open)
+    staging = await broker.queue("staging.hold")
+    target = await broker.exchange("target.hold")
+    quarantine = await broker.exchange("quarantine.unbound", "fanout")
+    text = route_map_yaml(
+        broker.url,
+        quarantine,
+        [{"name": "r1", "from": staging, "exchange": target, "publishers": "apps"}],
+    )
+    async with run_sidecar(text) as running:
+        await broker.publish(staging, headers={"x-acemq-tenant": "acme"}, message_id="h-1")
+        await wait_for(
+            lambda: "quarantine" in running.service.readiness().detail, what="paused on quarantine"
+        )
+        await asyncio.sleep(2)  # long enough for several retries
+        assert opens["count"] == 1, "the route reopened (and requeued) instead of retrying"
+        held = await broker.queue("quarantined.late")
+        await broker.bind(held, quarantine, "")
+        (message,) = await broker.take(held, 1, timeout_s=40)
+        await wait_for(lambda: running.service.readiness().ok, timeout_s=10, what="resumed")
+        assert running.sample("acemq_sidecar_route_up", route="r1") == 1
+    assert headers_of(message)["x-acemq-tenant"] == "acme"
+    assert await broker.depth(staging) == 0
+
+
+async def test_publish_without_a_confirm_in_time_is_retried(
+    broker: Broker, run_sidecar: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No confirm in time leaves the delivery ours to retry, reported on /readyz, never stuck."""
+    import sidecar.relay  # noqa: PLC0415
+
+    monkeypatch.setattr(sidecar.relay, "CONFIRM_TIMEOUT_S", 1e-6)
+    topo = await make_topology(broker)
+    async with run_sidecar(one_route(broker, topo)) as running:
+        await broker.publish(topo.staging, headers=envelope("slow-1"))
+        await wait_for(
+            lambda: "no confirm" in running.service.readiness().detail, what="timeout reported"
+        )
+        monkeypatch.setattr(sidecar.relay, "CONFIRM_TIMEOUT_S", 30.0)
+        await wait_for(lambda: running.service.readiness().ok, timeout_s=40, what="resumed")
+        arrived = await broker.take(topo.target, 1)
+        arrived += await broker.drain(topo.target)  # a timed-out copy may land too
+    assert {headers_of(m)["x-acemq-id"] for m in arrived} == {"slow-1"}
+    assert await broker.depth(topo.staging) == 0
+
+
+async def test_copy_that_would_loop_into_staging_is_quarantined(
+    broker: Broker, run_sidecar: Callable[..., Any]
+) -> None:
+    """Default exchange with routing_key keep would send a message back to its own queue."""
+    topo = await make_topology(broker)
+    async with run_sidecar(one_route(broker, topo, exchange='""')):
+        await broker.publish(topo.staging, headers=envelope("loop-1"))
+        (message,) = await broker.take(topo.quarantine, 1)
+    assert "back into staging" in headers_of(message)[ERROR_HEADER]
+    assert await broker.depth(topo.staging) == 0
+
+
+async def test_quarantine_keeps_the_envelope_error(
+    broker: Broker, run_sidecar: Callable[..., Any]
+) -> None:
+    """The library's own x-acemq-error survives quarantine under acemq-original-error."""
+    topo = await make_topology(broker)
+    async with run_sidecar(one_route(broker, topo, publishers="apps")):
+        await broker.publish(
+            topo.staging, headers={"x-acemq-error": "timeout", "x-acemq-x": "1"}, message_id="e-1"
+        )
+        (message,) = await broker.take(topo.quarantine, 1)
+    assert headers_of(message)["acemq-original-error"] == "timeout"
+    assert '"x-acemq-x"' in headers_of(message)[ERROR_HEADER]
