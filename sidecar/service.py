@@ -86,6 +86,9 @@ class Service:
         self._last_tick = clock.monotonic()
         self._workers: dict[str, tuple[RouteWorker, asyncio.Task[None]]] = {}
         self._session: asyncio.TaskGroup | None = None
+        # The login of the open connection: what the broker checks user_id against, even
+        # after a reload changed the URL (which applies at the next reconnect).
+        self._login = route_map.broker.login
         self._connection: Connection | None = None
         self._config_stamp = self._stat_config()
         for route in route_map.routes:
@@ -178,6 +181,7 @@ class Service:
             if has_connected:
                 self._metrics.count_reconnect()
             has_connected = True
+            self._login = broker.login
             backoff.reset()
             self._set_connected(connected=True)
             log.info("connected to %s", broker.masked_url)
@@ -188,7 +192,12 @@ class Service:
                 await connection.close()
             if not self._stop.is_set():
                 delay = backoff.next_delay()
-                log.warning("connection to the broker lost; reconnecting in %.1fs", delay)
+                reason = await connection.wait_closed()
+                log.warning(
+                    "connection to the broker lost (%s); reconnecting in %.1fs",
+                    reason or "closed",
+                    delay,
+                )
                 await self._sleep(delay)
 
     def _set_connected(self, *, connected: bool) -> None:
@@ -235,7 +244,7 @@ class Service:
         worker = RouteWorker(
             route,
             quarantine_exchange=self._route_map.quarantine_exchange,
-            login=self._route_map.broker.login,
+            login=self._login,
             metrics=self._metrics,
             clock=self._clock,
             new_id=self._new_id,
@@ -263,8 +272,10 @@ class Service:
             self._metrics.count_reload(ReloadResult.REFUSED)
             return
         old_map = self._route_map
-        if new_map.broker != old_map.broker or new_map.http != old_map.http:
-            log.warning("config reload: broker and http settings take effect at the next start")
+        if new_map.broker != old_map.broker:
+            log.warning("config reload: broker settings take effect at the next reconnect")
+        if new_map.http != old_map.http:
+            log.warning("config reload: http settings take effect at the next start")
         everything = (
             new_map.quarantine_exchange != old_map.quarantine_exchange
             or new_map.shutdown_grace_s != old_map.shutdown_grace_s
@@ -280,7 +291,9 @@ class Service:
         for name in changed:
             entry = self._workers.pop(name, None)
             if entry is not None:
-                entry[0].request_stop()  # it drains its in-flight messages, then closes
+                # It drains its in-flight messages, then closes; a successor of the same
+                # name owns the route's gauge from now on.
+                entry[0].request_stop(replaced=name in new_routes)
             if name in new_routes:
                 continue
             if entry is None:
