@@ -211,13 +211,17 @@ def _parse_base10(text: str) -> int | None:
 
 def _parse_rfc3339_ms(text: str) -> int | None:
     """Return epoch milliseconds of an RFC 3339 time, fraction truncated; None if not one."""
-    match = _RFC3339.fullmatch(text.strip(WHITESPACE))
+    # No trimming: section 3 allows surrounding whitespace for base-10 integers only.
+    match = _RFC3339.fullmatch(text)
     if match is None:
         return None
     year, month, day, hour, minute, second, fraction, zulu, sign, off_h, off_m = match.groups()
+    seconds_field = int(second)
+    if seconds_field == 60 and hour == "23" and minute == "59":
+        seconds_field = 59  # a leap second, read as Java's Instant.parse reads it
     try:
         moment = datetime(
-            int(year), int(month), int(day), int(hour), int(minute), int(second), tzinfo=UTC
+            int(year), int(month), int(day), int(hour), int(minute), seconds_field, tzinfo=UTC
         )
     except ValueError:
         return None

@@ -132,6 +132,11 @@ FIRST_SEEN = [
     (1e30, NOW, [("unreadable", "x-acemq-first-seen")]),
     (UInt64(2**63), NOW, [("unreadable", "x-acemq-first-seen")]),
     (True, NOW, [("unreadable", "x-acemq-first-seen")]),
+    ("2016-12-31T23:59:60Z", 1_483_228_799_000, [("coerced", "x-acemq-first-seen")]),
+    ("2016-12-31T23:58:60Z", NOW, [("unreadable", "x-acemq-first-seen")]),
+    # Whitespace may surround a base-10 integer, not an RFC 3339 time (section 3).
+    (" 1767323045678 ", 1_767_323_045_678, [("coerced", "x-acemq-first-seen")]),
+    (" 2026-01-02T03:04:05Z", NOW, [("unreadable", "x-acemq-first-seen")]),
     (ByteArray(b"1767323045678"), 1_767_323_045_678, [("coerced", "x-acemq-first-seen")]),
     # Section 9: an RFC 3339 first-seen is accepted only as a string, not as bytes.
     (ByteArray(b"2026-01-02T03:04:05Z"), NOW, [("unreadable", "x-acemq-first-seen")]),
