@@ -274,11 +274,21 @@ def _local_broker(url: str) -> bool:
     return urlsplit(url).hostname in LOCAL_HOSTS
 
 
+async def _rabbitmqctl(rabbitmqctl: str, *args: str) -> None:
+    process = await asyncio.create_subprocess_exec(
+        rabbitmqctl, *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+    )
+    async with asyncio.timeout(90):
+        output, _ = await process.communicate()
+    assert process.returncode == 0, f"rabbitmqctl {args}: {output.decode(errors='replace')}"
+
+
 @pytest.mark.e2e
+@pytest.mark.parametrize("fault", ["close_all_connections", "broker restart"])
 async def test_connection_loss_mid_flow_reconnects_and_loses_nothing(
-    broker: Broker, sidecar: Sidecar
+    broker: Broker, sidecar: Sidecar, fault: str
 ) -> None:
-    """rabbitmqctl close_all_connections mid-flow: the sidecar reconnects and relays every id."""
+    """Connections closed or the broker restarted mid-flow: reconnect and relay every id."""
     rabbitmqctl = shutil.which("rabbitmqctl")
     if rabbitmqctl is None:
         pytest.skip("rabbitmqctl is not on PATH")
@@ -293,19 +303,13 @@ async def test_connection_loss_mid_flow_reconnects_and_loses_nothing(
     assert await sidecar.metric("acemq_sidecar_reconnects_total") == 0
     await wait_partial(broker, sidecar, flow.target, at_least=PREFETCH)
 
-    vhost = unquote(urlsplit(broker.url).path[1:]) or "/"
-    close = await asyncio.create_subprocess_exec(
-        rabbitmqctl,
-        "close_all_connections",
-        "--vhost",
-        vhost,
-        "test",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
-    async with asyncio.timeout(30):
-        output, _ = await close.communicate()
-    assert close.returncode == 0, output.decode(errors="replace")
+    if fault == "broker restart":
+        await _rabbitmqctl(rabbitmqctl, "stop_app")
+        await _rabbitmqctl(rabbitmqctl, "start_app")
+        await _rabbitmqctl(rabbitmqctl, "await_startup")
+    else:
+        vhost = unquote(urlsplit(broker.url).path[1:]) or "/"
+        await _rabbitmqctl(rabbitmqctl, "close_all_connections", "--vhost", vhost, "test")
     await broker.reconnect()  # our own connection went too
 
     async def reconnected() -> bool:
@@ -319,7 +323,7 @@ async def test_connection_loss_mid_flow_reconnects_and_loses_nothing(
         broker, flow.target, ids, timeout_s=DELIVERY_TIMEOUT_S, context=sidecar.output
     )
     await account_after_fault(
-        broker, sidecar, flow, ids, relayed, quarantined=quarantined, fault="connection loss"
+        broker, sidecar, flow, ids, relayed, quarantined=quarantined, fault=fault
     )
 
 
