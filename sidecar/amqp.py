@@ -63,6 +63,7 @@ _PROPERTY_NAMES: Final = (
     ("cluster_id", "cluster_id"),
 )
 _SHORTSTR_MAX = 255
+CLOSE_TIMEOUT_S = 5.0  # cancel and close wait this long for the broker, no longer
 
 
 class SidecarChannelError(SidecarError):
@@ -234,7 +235,6 @@ class PublishOutcome(StrEnum):
     CONFIRMED = "confirmed"
     RETURNED = "returned"  # mandatory and unroutable
     NACKED = "nacked"
-    TIMED_OUT = "timed out"  # no confirm in time; the channel is still usable
 
 
 class Channel:
@@ -291,8 +291,11 @@ class Channel:
 
     async def cancel(self, consumer_tag: str) -> None:
         """Stop deliveries to a consumer; in-flight ones stay ours to settle."""
-        with contextlib.suppress(aiormq.exceptions.AMQPError, ConnectionError, RuntimeError):
-            await self._channel.basic_cancel(consumer_tag)
+        with contextlib.suppress(
+            aiormq.exceptions.AMQPError, ConnectionError, RuntimeError, TimeoutError
+        ):
+            # Bounded: a broker under an alarm may never answer, and SIGTERM has a deadline.
+            await self._channel.basic_cancel(consumer_tag, timeout=CLOSE_TIMEOUT_S)
 
     async def publish(
         self,
@@ -301,41 +304,54 @@ class Channel:
         exchange: str,
         routing_key: str,
         properties: spec.Basic.Properties,
-        timeout_s: float,
+        slow_after_s: float,
+        on_slow: Callable[[], None],
     ) -> PublishOutcome:
-        """Publish mandatory and wait for the broker's confirm; never a fire-and-forget."""
+        """Publish mandatory and wait for the broker's confirm; never a fire-and-forget.
+
+        There is no give-up timeout: a publish already sent may still be confirmed, so
+        sending it again would duplicate it. After ``slow_after_s`` ``on_slow`` is called
+        once, and the wait goes on until the confirm, a nack, a return or the channel's end.
+        """
         message_id = str(properties.message_id or "")
         while (earlier := self._publishing.get(message_id)) is not None:
             await asyncio.wait([earlier])
         done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         if message_id:
             self._publishing[message_id] = done
-        try:
-            await self._channel.basic_publish(
+        publishing = asyncio.ensure_future(
+            self._channel.basic_publish(
                 body,
                 exchange=exchange,
                 routing_key=routing_key,
                 properties=properties,
                 mandatory=True,
-                timeout=timeout_s,
             )
+        )
+        try:
+            finished, _ = await asyncio.wait([publishing], timeout=slow_after_s)
+            if not finished:
+                on_slow()
+                await asyncio.wait([publishing])
+            publishing.result()
         except aiormq.exceptions.PublishError:  # a return; subclass of DeliveryError
             return PublishOutcome.RETURNED
         except aiormq.exceptions.DeliveryError:
             return PublishOutcome.NACKED
         except aiormq.exceptions.ChannelNotFoundEntity as e:
             raise MissingEntityError(kind="exchange", name=exchange) from e
-        except TimeoutError:
-            if self._channel.is_closed:
-                raise ChannelLostError(f"publish to {exchange!r}: the channel closed") from None
-            return PublishOutcome.TIMED_OUT
         except (
             aiormq.exceptions.AMQPError,
             aiormq.exceptions.ChannelInvalidStateError,
             ConnectionError,
+            asyncio.CancelledError,
         ) as e:
+            if isinstance(e, asyncio.CancelledError) and not publishing.cancelled():
+                raise  # we were cancelled, not the publish
             raise ChannelLostError(f"publish to {exchange!r} failed: {e!r}") from e
         finally:
+            if not publishing.done():
+                publishing.cancel()
             if message_id and self._publishing.get(message_id) is done:
                 del self._publishing[message_id]
             done.set_result(None)
@@ -360,7 +376,8 @@ class Channel:
     async def close(self) -> None:
         """Close the channel; unacked deliveries go back to their queues."""
         with contextlib.suppress(Exception):
-            await self._channel.close()
+            async with asyncio.timeout(CLOSE_TIMEOUT_S):
+                await self._channel.close()
 
 
 class Connection:
@@ -426,9 +443,10 @@ class Connection:
                     await channel.close()
 
     async def close(self) -> None:
-        """Close the connection (bounded by the client's own timeout)."""
+        """Close the connection, waiting at most a few seconds for the broker."""
         with contextlib.suppress(Exception):
-            await self._connection.close()
+            async with asyncio.timeout(CLOSE_TIMEOUT_S):
+                await self._connection.close()
 
 
 async def connect(

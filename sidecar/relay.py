@@ -47,7 +47,8 @@ QUARANTINED_FROM = "acemq-quarantined-from"
 ERROR_HEADER = "x-acemq-error"
 ORIGINAL_HEADERS = "acemq-original-headers"
 ORIGINAL_ERROR = "acemq-original-error"
-CONFIRM_TIMEOUT_S = 30.0
+CONFIRM_TIMEOUT_S = 30.0  # after this a publish without a confirm is reported, not resent
+HEALTHY_CHANNEL_S = 30.0  # a channel that lived this long resets the reopen backoff
 VIOLATION_LOG_INTERVAL_S = 60.0
 
 
@@ -139,6 +140,46 @@ class _ViolationLog:
         return True
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Copy:
+    """What to publish to the target for one delivery, decided once."""
+
+    properties: dict[str, PropertyValue]
+    headers: dict[str, FieldValue]
+    routing_key: str
+    outcome: Outcome
+
+
+@dataclass(frozen=True, slots=True)
+class _ToQuarantine:
+    """The delivery goes to quarantine with this reason."""
+
+    reason: str
+
+
+class _Hold:
+    """One delivery's share in the route's count of held deliveries."""
+
+    __slots__ = ("_held", "_worker")
+
+    def __init__(self, worker: RouteWorker) -> None:
+        self._worker = worker
+        self._held = False
+
+    def take(self, reason: str) -> None:
+        """Count the delivery as held (once) and report the route paused with the reason."""
+        if not self._held:
+            self._held = True
+            self._worker._held += 1  # noqa: SLF001 - the worker's own bookkeeping
+        self._worker._pause(reason)  # noqa: SLF001
+
+    def release(self) -> None:
+        """Stop counting the delivery as held (it was settled or let go)."""
+        if self._held:
+            self._held = False
+            self._worker._held -= 1  # noqa: SLF001
+
+
 class RouteWorker:
     """Consumes one route's staging queue and settles every delivery it receives."""
 
@@ -170,6 +211,8 @@ class RouteWorker:
         self._consumer_tag = f"acemq-sidecar.{route.name}"
         # False once a reload has handed the route's gauge to this worker's successor.
         self._owns_gauge = True
+        self._held = 0  # deliveries waiting for the broker to take their copy
+        self._acked_since_open = False
 
     # --- state read by /readyz (from the HTTP thread: plain attribute reads only) ---
 
@@ -217,12 +260,15 @@ class RouteWorker:
                 log.exception("route %s: unexpected error while starting", self.route.name)
                 self._pause(f"unexpected error while starting: {e!r}")
             else:
+                opened = self._clock.monotonic()
+                self._acked_since_open = False
                 reason = await self._consume_until_closed(channel, connection)
                 if self._stop.is_set():
                     await self._drain(channel, grace_s=grace_s)
                     break
-                if self._pause_reason is None:  # a delivery may have said why already
-                    self._pause(reason)
+                if self._acked_since_open or self._clock.monotonic() - opened > HEALTHY_CHANNEL_S:
+                    self._backoff.reset()  # it worked for a while: a fresh failure, not a loop
+                self._pause(reason)
                 await channel.close()
             await self._sleep(self._backoff.next_delay())
         self._set_gauge(up=False)
@@ -321,27 +367,23 @@ class RouteWorker:
     async def _settle(self, channel: Channel, delivery: Delivery) -> None:
         """Settle one delivery: publish a copy, wait for the confirm, then ack.
 
-        When the broker will not take the copy for now (a nack, no confirm in time, a
-        quarantine that does not route), the delivery is kept and retried with backoff
-        on this channel: closing the channel would requeue it, and a quorum queue counts
-        every requeue against its delivery limit.
+        The copy is decided once. When the broker will not take it for now (a nack, a
+        quarantine that does not route), the delivery is held and retried with its own
+        backoff on this channel: closing the channel would requeue it, and a quorum queue
+        counts every requeue against its delivery limit. A publish without a confirm is
+        never sent twice: its first outcome is awaited however long it takes.
         """
         route = self.route.name
         self._in_flight += 1
         self._idle.clear()
         self._metrics.add_in_flight(route, 1)
         started = self._clock.monotonic()
+        hold = _Hold(self)
         try:
-            while True:
-                try:
-                    outcome = await self._relay_or_quarantine(channel, delivery)
-                    break
-                except RoutePausedError as e:
-                    self._pause(str(e))
-                    if not await self._wait_to_retry(channel):
-                        return  # stopping, or the channel went: the broker redelivers
+            outcome = await self._carry_out(channel, delivery, self._plan(delivery), hold)
             if outcome is not None and await channel.ack(delivery.delivery_tag):
                 self._metrics.observe_message(route, outcome, self._clock.monotonic() - started)
+                hold.release()
                 self._progressed(channel)
         except ChannelLostError as e:
             log.debug("route %s: delivery left to the broker: %s", route, e)
@@ -350,43 +392,26 @@ class RouteWorker:
         except Exception:
             log.exception("route %s: a delivery could not be settled", route)
             self._pause("internal error; see the log")
-            await channel.close()
+            await channel.close()  # the broker redelivers it, after the route's backoff
         finally:
+            hold.release()
             self._in_flight -= 1
             self._metrics.add_in_flight(route, -1)
             if self._in_flight == 0:
                 self._idle.set()
 
-    async def _wait_to_retry(self, channel: Channel) -> bool:
-        """Back off before a retry; False when the retry should not happen."""
-        await self._sleep(self._backoff.next_delay())
-        return not self._stop.is_set() and channel.is_open
-
-    def _progressed(self, channel: Channel) -> None:
-        """Note a settled delivery: the route works (again), so reset the backoff."""
-        if self._backoff.attempt:
-            self._backoff.reset()
-        if self._pause_reason is not None and channel.is_open and not self._stop.is_set():
-            log.info("route %s resumed", self.route.name, extra={"route": self.route.name})
-            self._pause_reason = None
-            self._set_gauge(up=True)
-
-    async def _relay_or_quarantine(self, channel: Channel, delivery: Delivery) -> Outcome | None:
+    def _plan(self, delivery: Delivery) -> _Copy | _ToQuarantine:
+        """Decide, once per delivery, what to publish: a copy for the target, or quarantine."""
         try:
-            return await self._relay_one(channel, delivery)
-        except (ChannelLostError, MissingEntityError, RoutePausedError):
-            raise
+            return self._decide(delivery)
         except Exception as e:
-            # A bug, not a message problem. Requeueing would spin on the same message, so
-            # it goes to quarantine with the error.
-            log.exception("route %s: unexpected error while relaying a message", self.route.name)
-            return await self._quarantine(channel, delivery, reason=f"internal error: {e!r}")
+            # A bug, not a message problem: requeueing would spin on the same message.
+            log.exception("route %s: unexpected error while normalising", self.route.name)
+            return _ToQuarantine(f"internal error: {e!r}")
 
-    async def _relay_one(self, channel: Channel, delivery: Delivery) -> Outcome | None:
-        """Publish the right copy; return the outcome to ack with, or None to leave it."""
+    def _decide(self, delivery: Delivery) -> _Copy | _ToQuarantine:
         if delivery.undecodable is not None:
-            reason = f"header table cannot be decoded: {delivery.undecodable.error}"
-            return await self._quarantine(channel, delivery, reason=reason)
+            return _ToQuarantine(f"header table cannot be decoded: {delivery.undecodable.error}")
         verdict = normalise(
             delivery.routing_key,
             delivery.properties,
@@ -400,7 +425,7 @@ class RouteWorker:
         audit = self.route.mode is Mode.AUDIT
         match verdict:
             case Reject() if not audit:
-                return await self._quarantine(channel, delivery, reason=verdict.reason)
+                return _ToQuarantine(verdict.reason)
             case Relay() if not audit:
                 properties, headers = dict(verdict.properties), dict(verdict.headers)
                 outcome = Outcome.RELAYED
@@ -412,62 +437,111 @@ class RouteWorker:
         if routing_key is None:
             routing_key = delivery.routing_key
         if self.route.exchange == "" and routing_key == self.route.queue:
-            reason = (
+            return _ToQuarantine(
                 f'the copy would go back into staging queue "{self.route.queue}" (default'
                 f' exchange, routing key "{routing_key}"); set to.routing_key to its target queue'
             )
-            return await self._quarantine(channel, delivery, reason=reason)
+        return _Copy(
+            properties=properties, headers=headers, routing_key=routing_key, outcome=outcome
+        )
+
+    async def _carry_out(
+        self, channel: Channel, delivery: Delivery, plan: _Copy | _ToQuarantine, hold: _Hold
+    ) -> Outcome | None:
+        """Publish what the plan says until the broker takes it; None when we must let go."""
+        backoff: Backoff | None = None
+        while True:
+            try:
+                if isinstance(plan, _ToQuarantine):
+                    return await self._quarantine(channel, delivery, reason=plan.reason, hold=hold)
+                result = await self._publish_copy(channel, delivery, plan, hold)
+            except RoutePausedError as e:
+                hold.take(str(e))
+                backoff = backoff or Backoff(rng=self._backoff.rng)
+                await self._sleep(backoff.next_delay())
+                if self._stop.is_set() or not channel.is_open:
+                    return None  # the broker redelivers it
+                continue
+            except (ChannelLostError, MissingEntityError):
+                raise
+            except Exception as e:
+                if isinstance(plan, _ToQuarantine):
+                    raise
+                log.exception("route %s: unexpected error while publishing", self.route.name)
+                plan = _ToQuarantine(f"internal error: {e!r}")
+                continue
+            if isinstance(result, _ToQuarantine):
+                plan = result  # returned or unwritable: the original goes to quarantine
+                continue
+            return result
+
+    async def _publish_copy(
+        self, channel: Channel, delivery: Delivery, copy: _Copy, hold: _Hold
+    ) -> Outcome | _ToQuarantine:
         try:
+            properties = build_properties(copy.properties, copy.headers)
             published = await channel.publish(
                 delivery.body,
                 exchange=self.route.exchange,
-                routing_key=routing_key,
-                properties=build_properties(properties, headers),
-                timeout_s=CONFIRM_TIMEOUT_S,
+                routing_key=copy.routing_key,
+                properties=properties,
+                slow_after_s=CONFIRM_TIMEOUT_S,
+                on_slow=lambda: hold.take(self._slow_reason(self.route.exchange)),
             )
         except (WireError, ValueError, TypeError) as e:
             # The normalised copy cannot be written (a 300-byte id cannot be a message_id).
-            reason = f"the normalised message cannot be encoded: {e}"
-            return await self._quarantine(channel, delivery, reason=reason)
+            return _ToQuarantine(f"the normalised message cannot be encoded: {e}")
         match published:
             case PublishOutcome.CONFIRMED:
-                return outcome
+                return copy.outcome
             case PublishOutcome.RETURNED:
-                reason = (
+                return _ToQuarantine(
                     f'unroutable: exchange "{self.route.exchange}" has no binding for'
-                    f' routing key "{routing_key}"'
+                    f' routing key "{copy.routing_key}"'
                 )
-                return await self._quarantine(channel, delivery, reason=reason)
             case PublishOutcome.NACKED:
                 raise RoutePausedError(
                     f'the broker refused (nacked) a publish to exchange "{self.route.exchange}";'
                     " is a target queue full with overflow reject-publish?"
                 )
-            case PublishOutcome.TIMED_OUT:
-                raise RoutePausedError(
-                    f"no confirm from the broker within {CONFIRM_TIMEOUT_S:.0f}s for a publish to"
-                    f' exchange "{self.route.exchange}" (a memory or disk alarm?)'
-                )
 
-    async def _quarantine(self, channel: Channel, delivery: Delivery, *, reason: str) -> Outcome:
+    @staticmethod
+    def _slow_reason(exchange: str) -> str:
+        return (
+            f"no confirm from the broker within {CONFIRM_TIMEOUT_S:.0f}s for a publish to exchange"
+            f' "{exchange}" (a memory or disk alarm?); still waiting, it will not be sent twice'
+        )
+
+    def _progressed(self, channel: Channel) -> None:
+        """Note a settled delivery: once nothing is held, the route works (again)."""
+        self._acked_since_open = True
+        if (
+            self._pause_reason is not None
+            and self._held == 0
+            and channel.is_open
+            and not self._stop.is_set()
+        ):
+            log.info("route %s resumed", self.route.name, extra={"route": self.route.name})
+            self._pause_reason = None
+            self._set_gauge(up=True)
+
+    async def _quarantine(
+        self, channel: Channel, delivery: Delivery, *, reason: str, hold: _Hold
+    ) -> Outcome:
         properties, headers = quarantine_copy(
             delivery, reason=reason, queue=self.route.queue, login=self._login
         )
         try:
-            published = await channel.publish(
-                delivery.body,
-                exchange=self._quarantine_exchange,
-                routing_key=self.route.name,
-                properties=build_properties(properties, headers),
-                timeout_s=CONFIRM_TIMEOUT_S,
-            )
+            published = await self._publish_quarantine(channel, delivery, properties, headers, hold)
         except (WireError, ValueError, TypeError) as e:
-            raise QuarantineFailedError(f"quarantine copy cannot be encoded: {e}") from e
-        if published is PublishOutcome.TIMED_OUT:
-            raise QuarantineFailedError(
-                f"no confirm for a quarantine copy within {CONFIRM_TIMEOUT_S:.0f}s on exchange"
-                f' "{self._quarantine_exchange}"; messages stay in staging until it takes them'
-            )
+            # Headers decoded off the wire re-encode, so this is a last resort: keep the
+            # body, the properties and the reason rather than hold the message forever.
+            log.exception("route %s: quarantine copy cannot be encoded", self.route.name)
+            headers = {
+                ERROR_HEADER: f"{reason} (the original headers could not be written: {e})",
+                QUARANTINED_FROM: self.route.queue,
+            }
+            published = await self._publish_quarantine(channel, delivery, properties, headers, hold)
         if published is not PublishOutcome.CONFIRMED:
             raise QuarantineFailedError(
                 f'quarantine exchange "{self._quarantine_exchange}" {published.value} the copy'
@@ -481,6 +555,23 @@ class RouteWorker:
             extra={"route": self.route.name, "message_id": delivery.properties.get("message_id")},
         )
         return Outcome.QUARANTINED
+
+    async def _publish_quarantine(
+        self,
+        channel: Channel,
+        delivery: Delivery,
+        properties: dict[str, PropertyValue],
+        headers: dict[str, FieldValue],
+        hold: _Hold,
+    ) -> PublishOutcome:
+        return await channel.publish(
+            delivery.body,
+            exchange=self._quarantine_exchange,
+            routing_key=self.route.name,
+            properties=build_properties(properties, headers),
+            slow_after_s=CONFIRM_TIMEOUT_S,
+            on_slow=lambda: hold.take(self._slow_reason(self._quarantine_exchange)),
+        )
 
     def _record_violations(self, verdict: Verdict, delivery: Delivery) -> None:
         """Count every violation; log each (kind, header) at most once per interval.
