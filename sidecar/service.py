@@ -291,9 +291,10 @@ class Service:
         for name in changed:
             entry = self._workers.pop(name, None)
             if entry is not None:
-                # It drains its in-flight messages, then closes; a successor of the same
-                # name owns the route's gauge from now on.
-                entry[0].request_stop(replaced=name in new_routes)
+                # It drains its in-flight messages, then closes. It leaves the route's
+                # gauge alone from now on: a successor may own it (even one re-added by a
+                # later reload while this one drains); a removed route's series go anyway.
+                entry[0].request_stop(replaced=True)
             if name in new_routes:
                 continue
             if entry is None:
