@@ -34,6 +34,7 @@ __all__ = [
     "Relay",
     "Verdict",
     "Violation",
+    "move_user_id",
     "normalise",
 ]
 
@@ -626,16 +627,29 @@ def _normalise_properties(env: _Envelope, msg_id: str, login: str) -> dict[str, 
             found.append(Violation(Kind.MIRROR, "reply_to"))
             properties["reply_to"] = reply_to
 
-    user_id = properties.get("user_id")
-    if user_id is not None and user_id != login:
-        # The broker refuses a publish whose user_id is not the publishing login.
-        del properties["user_id"]
-        if user_id == "":
-            found.append(Violation(Kind.EMPTY_VALUE, "user_id"))
-        else:
-            found.append(Violation(Kind.MOVED, "user_id"))
-            headers[ORIGINAL_USER_ID] = _as_utf8(str(user_id))
+    moved = move_user_id(properties, headers, login=login)
+    if moved is not None:
+        found.append(Violation(moved, "user_id"))
     return properties
+
+
+def move_user_id(
+    properties: dict[str, PropertyValue], headers: dict[str, FieldValue], *, login: str
+) -> Kind | None:
+    """Remove a user_id the broker would refuse from our login (section 2), in place.
+
+    RabbitMQ refuses a publish whose user_id is not the publishing login, so any other
+    value moves to ``acemq-original-user-id`` (``moved``) and an empty one is dropped
+    (``empty_value``). Return the kind, or None when user_id may stay.
+    """
+    user_id = properties.get("user_id")
+    if user_id is None or user_id == login:
+        return None
+    del properties["user_id"]
+    if user_id == "":
+        return Kind.EMPTY_VALUE
+    headers[ORIGINAL_USER_ID] = _as_utf8(str(user_id))
+    return Kind.MOVED
 
 
 def normalise(

@@ -25,7 +25,7 @@ from sidecar.amqp import (
     PublishOutcome,
     build_properties,
 )
-from sidecar.contract import ORIGINAL_USER_ID, Policy, Reject, Relay, normalise
+from sidecar.contract import Policy, Reject, Relay, move_user_id, normalise
 from sidecar.errors import WireError
 from sidecar.metrics import Outcome
 from sidecar.routes import Mode
@@ -85,16 +85,11 @@ def publishable_properties(
 ) -> dict[str, PropertyValue]:
     """Return properties the broker will accept from our login (CONTRACT.md section 2).
 
-    A ``user_id`` other than the publishing login makes RabbitMQ close the channel, so an
-    original message republished as it was (audit mode, quarantine) moves it like the
-    contract does, into ``acemq-original-user-id``.
+    An original republished as it was (audit mode, quarantine) loses a foreign user_id
+    to ``acemq-original-user-id`` just as a normalised copy does.
     """
-    user_id = properties.get("user_id")
-    if user_id is None or user_id == login:
-        return dict(properties)
-    result = {name: value for name, value in properties.items() if name != "user_id"}
-    if user_id != "":
-        headers[ORIGINAL_USER_ID] = str(user_id)
+    result = dict(properties)
+    move_user_id(result, headers, login=login)
     return result
 
 
