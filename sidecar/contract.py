@@ -690,5 +690,5 @@ def normalise(
         properties=out_properties,
         headers=out_headers,
         violations=tuple(found),
-        stripped=tuple(readable(name) for name in unknown),
+        stripped=tuple(map(readable, unknown)) if unknown else (),
     )
