@@ -534,8 +534,10 @@ def _normalise_identity(env: _Envelope, routing_key: str, now_ms: int) -> str:
     )
 
     first_seen = env.integer(FIRST_SEEN, low=INT64_MIN, high=INT64_MAX, is_first_seen=True)
+    if first_seen is None and (stamp := _apps_first_seen(env)) is not None:
+        first_seen = env.default(FIRST_SEEN, stamp)  # the AMQP timestamp fills it (section 4)
     if first_seen is None:
-        first_seen = env.default(FIRST_SEEN, _apps_first_seen(env) or now_ms)
+        first_seen = env.default(FIRST_SEEN, now_ms)
     elif first_seen <= 0:  # what Go and .NET write back after reading a missing one
         env.found.append(Violation(Kind.OUT_OF_RANGE, FIRST_SEEN))
         first_seen = now_ms
@@ -546,8 +548,8 @@ def _normalise_identity(env: _Envelope, routing_key: str, now_ms: int) -> str:
 def _apps_first_seen(env: _Envelope) -> int | None:
     """Under apps, the AMQP timestamp (seconds) in milliseconds, when it is usable."""
     stamp = env.properties.get("timestamp") if env.apps else None
-    if type(stamp) is int and 0 < stamp <= INT64_MAX // 1000:
-        return stamp * 1000
+    if type(stamp) is int and stamp <= INT64_MAX // 1000:
+        return stamp * 1000  # a zero then counts out_of_range and becomes now_ms
     return None
 
 

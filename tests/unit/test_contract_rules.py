@@ -293,3 +293,20 @@ def test_property_that_is_not_utf8_fills_headers_with_replacements(
     assert verdict.properties["message_id"] == "m-\ufffd"
     assert verdict.headers["acemq-original-user-id"] == "m-\ufffd"
     encode_table(dict(verdict.headers))
+
+
+def test_apps_zero_timestamp_fills_then_is_out_of_range(new_id: Callable[[], str]) -> None:
+    """Under apps a timestamp of 0 fills first-seen (defaulted), which 0 puts out of range."""
+    verdict = run(
+        new_id,
+        {},
+        properties={"message_id": "m-1", "timestamp": 0},
+        publishers=Publishers.APPS,
+        drop=("x-acemq-first-seen",),
+    )
+    assert isinstance(verdict, Relay)
+    assert to_json(verdict.headers["x-acemq-first-seen"]) == {"$int64": NOW}
+    assert pairs(verdict) == [
+        ("defaulted", "x-acemq-first-seen"),
+        ("out_of_range", "x-acemq-first-seen"),
+    ]
