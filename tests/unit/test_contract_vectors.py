@@ -32,11 +32,17 @@ def _ids(vectors: list[dict[str, Any]]) -> list[str]:
     return [v["name"] for v in vectors]
 
 
+READINGS = Path(__file__).resolve().parent / "vectors" / "readings.json"
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Parametrise over the shared vectors by name."""
+    """Parametrise over the shared vectors, and this project's readings, by name."""
     if "vector" in metafunc.fixturenames:
         vectors = _load()
         metafunc.parametrize("vector", vectors, ids=_ids(vectors))
+    if "reading" in metafunc.fixturenames:
+        readings = json.loads(READINGS.read_text(encoding="utf-8"))["vectors"]
+        metafunc.parametrize("reading", readings, ids=_ids(readings))
 
 
 def test_vector_file_is_not_trivial() -> None:
@@ -66,3 +72,8 @@ def test_vector_output_is_a_fixed_point(vector: dict[str, Any], new_id: Callable
     assert all(
         v.kind is Kind.UNREADABLE and v.header == "acemq-replayed-at" for v in second.violations
     ), second.violations
+
+
+def test_reading(reading: dict[str, Any], new_id: Callable[[], str]) -> None:
+    """normalise follows this project's recorded readings of CONTRACT.md's fine print."""
+    assert run_vector(reading, new_id=new_id) is None
