@@ -248,6 +248,7 @@ class Channel:
         # Set when the broker cancels our consumer (its queue was deleted): the channel
         # stays open but nothing will arrive, so the route must treat it as lost.
         self._cancelled_by_broker = asyncio.Event()
+        self._retired = False
         channel.on_consumer_cancel_callbacks.add(self._on_broker_cancel)
 
     def _on_broker_cancel(self, _frame: object) -> None:
@@ -255,8 +256,8 @@ class Channel:
 
     @property
     def is_open(self) -> bool:
-        """Whether the channel can still ack and publish."""
-        return not self._channel.is_closed
+        """Whether the channel can still ack and publish (not once we began to close it)."""
+        return not self._retired and not self._channel.is_closed
 
     async def wait_closed(self) -> str:
         """Return why, once the channel closes or the broker cancels its consumer."""
@@ -294,8 +295,9 @@ class Channel:
         with contextlib.suppress(
             aiormq.exceptions.AMQPError, ConnectionError, RuntimeError, TimeoutError
         ):
-            # Bounded: a broker under an alarm may never answer, and SIGTERM has a deadline.
-            await self._channel.basic_cancel(consumer_tag, timeout=CLOSE_TIMEOUT_S)
+            # nowait: a broker under an alarm may never answer, SIGTERM has a deadline, and
+            # a timed-out cancel would close the channel before the in-flight acks.
+            await self._channel.basic_cancel(consumer_tag, nowait=True, timeout=CLOSE_TIMEOUT_S)
 
     async def publish(
         self,
@@ -316,24 +318,22 @@ class Channel:
         message_id = str(properties.message_id or "")
         while (earlier := self._publishing.get(message_id)) is not None:
             await asyncio.wait([earlier])
-        done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] | None = None
         if message_id:
+            done = loop.create_future()
             self._publishing[message_id] = done
-        publishing = asyncio.ensure_future(
-            self._channel.basic_publish(
+        # A timer, not a task around the publish: aiormq maps a channel close to its reason
+        # only in the task it cancels, and a timer costs far less per message.
+        slow = loop.call_later(slow_after_s, on_slow)
+        try:
+            await self._channel.basic_publish(
                 body,
                 exchange=exchange,
                 routing_key=routing_key,
                 properties=properties,
                 mandatory=True,
             )
-        )
-        try:
-            finished, _ = await asyncio.wait([publishing], timeout=slow_after_s)
-            if not finished:
-                on_slow()
-                await asyncio.wait([publishing])
-            publishing.result()
         except aiormq.exceptions.PublishError:  # a return; subclass of DeliveryError
             return PublishOutcome.RETURNED
         except aiormq.exceptions.DeliveryError:
@@ -344,17 +344,14 @@ class Channel:
             aiormq.exceptions.AMQPError,
             aiormq.exceptions.ChannelInvalidStateError,
             ConnectionError,
-            asyncio.CancelledError,
         ) as e:
-            if isinstance(e, asyncio.CancelledError) and not publishing.cancelled():
-                raise  # we were cancelled, not the publish
             raise ChannelLostError(f"publish to {exchange!r} failed: {e!r}") from e
         finally:
-            if not publishing.done():
-                publishing.cancel()
-            if message_id and self._publishing.get(message_id) is done:
-                del self._publishing[message_id]
-            done.set_result(None)
+            slow.cancel()
+            if done is not None:
+                if self._publishing.get(message_id) is done:
+                    del self._publishing[message_id]
+                done.set_result(None)
         return PublishOutcome.CONFIRMED
 
     async def ack(self, delivery_tag: int) -> bool:
@@ -375,6 +372,7 @@ class Channel:
 
     async def close(self) -> None:
         """Close the channel; unacked deliveries go back to their queues."""
+        self._retired = True  # acks sent from here on would be discarded by the broker
         with contextlib.suppress(Exception):
             async with asyncio.timeout(CLOSE_TIMEOUT_S):
                 await self._channel.close()

@@ -121,8 +121,8 @@ class QuarantineFailedError(RoutePausedError):
 
 
 @dataclass(slots=True)
-class _ViolationLog:
-    """Logs a violation at most once per route, kind and header per interval."""
+class _RateLimit:
+    """Says yes to a key at most once per interval (a violation kind, a pause reason)."""
 
     interval_s: float
     last: dict[tuple[str, str], float] = field(default_factory=dict)
@@ -202,7 +202,8 @@ class RouteWorker:
         self._idle.set()
         self._in_flight = 0
         self._pause_reason: str | None = "starting"
-        self._violation_log = _ViolationLog(VIOLATION_LOG_INTERVAL_S)
+        self._violation_log = _RateLimit(VIOLATION_LOG_INTERVAL_S)
+        self._pause_log = _RateLimit(VIOLATION_LOG_INTERVAL_S)
         self._consumer_tag = f"acemq-sidecar.{route.name}"
         # False once a reload has handed the route's gauge to this worker's successor.
         self._owns_gauge = True
@@ -245,7 +246,9 @@ class RouteWorker:
         """
         while not self._stop.is_set() and connection.is_open:
             try:
-                channel = await self._open(connection)
+                channel = await self._open_unless_stopped(connection)
+                if channel is None:
+                    break
             except MissingEntityError as e:
                 self._pause(f"{e}; create it (the sidecar does not declare topology)")
             except ChannelLostError as e:
@@ -269,6 +272,29 @@ class RouteWorker:
         self._set_gauge(up=False)
         if self._pause_reason is None:
             self._pause_reason = "stopped"
+
+    async def _open_unless_stopped(self, connection: Connection) -> Channel | None:
+        """Open the route's channel, or give up when a stop comes first.
+
+        A broker under an alarm may never answer the opening handshake; SIGTERM must not
+        wait for it.
+        """
+        opening = asyncio.ensure_future(self._open(connection))
+        stopping = asyncio.ensure_future(self._stop.wait())
+        try:
+            await asyncio.wait((opening, stopping), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+        if opening.done():
+            channel = opening.result()
+            if not self._stop.is_set():
+                return channel
+            await channel.close()
+            return None
+        opening.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await opening
+        return None
 
     async def _open(self, connection: Connection) -> Channel:
         route = self.route
@@ -308,6 +334,7 @@ class RouteWorker:
 
     async def _drain(self, channel: Channel, *, grace_s: float) -> None:
         """Stop deliveries, settle in-flight work within the grace period, close."""
+        deadline = asyncio.get_running_loop().time() + grace_s
         await channel.cancel(self._consumer_tag)
         log.info(
             "route %s draining %d in-flight messages",
@@ -316,7 +343,7 @@ class RouteWorker:
             extra={"route": self.route.name, "in_flight": self._in_flight},
         )
         try:
-            async with asyncio.timeout(grace_s):
+            async with asyncio.timeout_at(deadline):
                 await self._idle.wait()
         except TimeoutError:
             log.warning(
@@ -334,8 +361,9 @@ class RouteWorker:
                 await self._stop.wait()
 
     def _set_up(self) -> None:
-        self._pause_reason = None
-        self._set_gauge(up=True)
+        if self._held == 0:  # deliveries held on an old channel keep the route paused
+            self._pause_reason = None
+            self._set_gauge(up=True)
         log.info(
             "route %s consuming %s -> exchange %r",
             self.route.name,
@@ -348,7 +376,9 @@ class RouteWorker:
         if self._stop.is_set():
             return
         self._set_gauge(up=False)
-        if reason != self._pause_reason:
+        now = self._clock.monotonic()
+        # Held deliveries may alternate reasons at every retry: log each at most per interval.
+        if self._pause_reason is None or self._pause_log.should_log(("pause", reason), now):
             log.warning(
                 "route %s paused: %s; retrying with backoff",
                 self.route.name,

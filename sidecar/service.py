@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 
 CONFIG_POLL_S = 2.0  # how often a changed route map file is noticed (SIGHUP is immediate)
 TICK_S = 5.0
+SHUTDOWN_SLACK_S = 10.0  # beyond shutdown_grace_s: cancelling consumers, closing channels
 LIVENESS_STALE_S = 60.0  # an event loop blocked this long fails /healthz
 
 
@@ -205,17 +206,27 @@ class Service:
         self._metrics.set_broker_connected(connected=connected)
 
     async def _run_session(self, connection: Connection) -> None:
-        """Run every route on one connection until it drops or the process stops."""
-        async with asyncio.TaskGroup() as session:
-            self._session, self._connection = session, connection
-            try:
-                for route in self._route_map.routes:
-                    self._start_worker(route)
-                await self._supervise(connection)
-            finally:
-                for worker, _ in self._workers.values():
-                    worker.request_stop()
-                self._session = self._connection = None
+        """Run every route on one connection until it drops or the process stops.
+
+        On a stop the workers drain within ``shutdown_grace_s``; whatever still runs after
+        that and the closing slack (a broker that stopped answering) is cancelled, so the
+        process exits in time. Unacked deliveries go back to their queues either way.
+        """
+        try:
+            async with asyncio.timeout(None) as deadline, asyncio.TaskGroup() as session:
+                self._session, self._connection = session, connection
+                try:
+                    for route in self._route_map.routes:
+                        self._start_worker(route)
+                    await self._supervise(connection)
+                finally:
+                    for worker, _ in self._workers.values():
+                        worker.request_stop()
+                    self._session = self._connection = None
+                    grace = self._route_map.shutdown_grace_s + SHUTDOWN_SLACK_S
+                    deadline.reschedule(asyncio.get_running_loop().time() + grace)
+        except TimeoutError:
+            log.warning("routes did not finish within the shutdown grace; stopped them")
         self._workers.clear()
 
     async def _supervise(self, connection: Connection) -> None:

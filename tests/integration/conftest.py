@@ -108,6 +108,7 @@ class Running:
     service: Service
     registry: CollectorRegistry
     path: Path
+    task: asyncio.Task[int]
 
     def sample(self, name: str, **labels: str) -> float:
         """A metric's current value (0 when the series does not exist)."""
@@ -137,7 +138,7 @@ def run_sidecar(tmp_path: Path) -> Callable[..., contextlib.AbstractAsyncContext
             if ready:
                 await wait_for(lambda: service.readiness().ok or task.done(), what="readiness")
                 assert not task.done(), task
-            yield Running(service=service, registry=registry, path=path)
+            yield Running(service=service, registry=registry, path=path, task=task)
         finally:
             service.request_stop()
             async with asyncio.timeout(30):

@@ -622,3 +622,47 @@ async def test_route_stays_paused_while_any_delivery_is_held(
         await wait_for(lambda: service.readiness().ok, timeout_s=10, what="resumed")
     assert headers_of(held)["x-acemq-id"] == "x-1"
     assert await broker.depth(topo.staging) == 0
+
+
+async def test_target_exchange_deleted_while_running_pauses_the_route(
+    broker: Broker, run_sidecar: Callable[..., Any]
+) -> None:
+    """A publish to an exchange deleted under the route says what to create; nothing is lost."""
+    topo = await make_topology(broker)
+    async with run_sidecar(one_route(broker, topo)) as running:
+        service = running.service
+        await broker.channel.exchange_delete(topo.target_exchange)
+        await broker.publish(topo.staging, headers=envelope("gone-1"))
+        await wait_for(
+            lambda: (
+                f'exchange "{topo.target_exchange}" does not exist' in service.readiness().detail
+            ),
+            what="paused on the deleted exchange",
+        )
+        await broker.channel.exchange_declare(
+            topo.target_exchange, exchange_type="topic", durable=True
+        )
+        await broker.bind(topo.target, topo.target_exchange)
+        (message,) = await broker.take(topo.target, 1, timeout_s=40)
+        await wait_for(lambda: service.readiness().ok, timeout_s=10, what="resumed")
+    assert headers_of(message)["x-acemq-id"] == "gone-1"
+
+
+async def test_stop_does_not_wait_for_a_broker_that_never_answers(
+    broker: Broker, run_sidecar: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGTERM while a route's opening handshake hangs (a broker alarm) still exits at once."""
+    from sidecar.amqp import Connection  # noqa: PLC0415
+
+    async def never(self: Connection, name: str) -> None:
+        await asyncio.Event().wait()
+
+    monkeypatch.setattr(Connection, "check_queue", never)
+    topo = await make_topology(broker)
+    async with run_sidecar(one_route(broker, topo), ready=False) as running:
+        await wait_for(lambda: running.service.readiness().detail == "route r1: starting")
+        started = asyncio.get_running_loop().time()
+        running.service.request_stop()
+        async with asyncio.timeout(5):
+            assert await asyncio.shield(running.task) == 0
+        assert asyncio.get_running_loop().time() - started < 5
