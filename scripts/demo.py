@@ -31,10 +31,10 @@ OUT = {
 STAGING = ("demo.staging.orders", "demo.staging.invoices")
 FIRST_SEEN = 1_767_323_045_678
 
-# (staging queue, routing key, properties, headers, what it shows)
-SAMPLES: list[tuple[str, str, dict[str, object], dict[str, object], str]] = [
+# (routing key on demo.staging, properties, headers, what it shows); the staging exchange
+# routes order.# and refund.# to demo.staging.orders and invoice.# to demo.staging.invoices.
+SAMPLES: list[tuple[str, dict[str, object], dict[str, object], str]] = [
     (
-        "demo.staging.orders",
         "order.placed",
         {"message_id": "ord-1"},
         {
@@ -50,7 +50,6 @@ SAMPLES: list[tuple[str, str, dict[str, object], dict[str, object], str]] = [
         "Java: canonical envelope",
     ),
     (
-        "demo.staging.orders",
         "order.paid",
         {"message_id": "ord-2"},
         {
@@ -64,7 +63,6 @@ SAMPLES: list[tuple[str, str, dict[str, object], dict[str, object], str]] = [
         ".NET/Go drift: empty id, text version, attempt 0, first-seen 0",
     ),
     (
-        "demo.staging.orders",
         "order.placed",
         {"message_id": "ord-3"},
         {
@@ -81,21 +79,18 @@ SAMPLES: list[tuple[str, str, dict[str, object], dict[str, object], str]] = [
         ".NET 0.5.0 replay: legacy x-acemq-replayed-* stamps",
     ),
     (
-        "demo.staging.orders",
         "order.shipped",
         {"message_id": "ord-4"},
         {"x-acemq-id": "ord-4", "x-acemq-zone": "eu-west", "x-tenant": "acme"},
         "a newer library's x-acemq-zone on an acemq route",
     ),
     (
-        "demo.staging.orders",
         "refund.issued",
         {"message_id": "ord-5"},
         {"x-acemq-id": "ord-5"},
         "a routing key the target exchange cannot route",
     ),
     (
-        "demo.staging.invoices",
         "invoice.issued",
         {
             "message_id": "inv-1",
@@ -107,7 +102,6 @@ SAMPLES: list[tuple[str, str, dict[str, object], dict[str, object], str]] = [
         "plain app: envelope filled from AMQP properties",
     ),
     (
-        "demo.staging.invoices",
         "invoice.voided",
         {"message_id": "inv-2"},
         {"x-acemq-tenant": "acme"},
@@ -220,7 +214,7 @@ async def main() -> int:
         wait_ready(port, process)
         print(f"sidecar running (pid {process.pid}); metrics on http://127.0.0.1:{port}/metrics\n")
         print("published:")
-        for _queue, routing_key, properties, headers, what in SAMPLES:
+        for routing_key, properties, headers, what in SAMPLES:
             await channel.basic_publish(
                 b'{"demo": true}',
                 exchange="demo.staging",
