@@ -261,8 +261,10 @@ class Channel:
 
     async def wait_closed(self) -> str:
         """Return why, once the channel closes or the broker cancels its consumer."""
-        closed = asyncio.ensure_future(asyncio.shield(self._channel.closing))
-        cancelled = asyncio.ensure_future(self._cancelled_by_broker.wait())
+        closed = asyncio.shield(self._channel.closing)
+        cancelled = asyncio.create_task(
+            self._cancelled_by_broker.wait(), name="acemq-sidecar.consumer-cancelled"
+        )
         try:
             await asyncio.wait((closed, cancelled), return_when=asyncio.FIRST_COMPLETED)
         finally:

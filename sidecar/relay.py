@@ -279,8 +279,8 @@ class RouteWorker:
         A broker under an alarm may never answer the opening handshake; SIGTERM must not
         wait for it.
         """
-        opening = asyncio.ensure_future(self._open(connection))
-        stopping = asyncio.ensure_future(self._stop.wait())
+        opening = asyncio.create_task(self._open(connection), name=f"open:{self.route.name}")
+        stopping = asyncio.create_task(self._stop.wait(), name=f"stop:{self.route.name}")
         try:
             await asyncio.wait((opening, stopping), return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -317,11 +317,13 @@ class RouteWorker:
 
     async def _consume_until_closed(self, channel: Channel, connection: Connection) -> str:
         """Wait until the channel or connection closes, or a stop; return what happened."""
-        channel_closed = asyncio.ensure_future(channel.wait_closed())
+        channel_closed = asyncio.create_task(channel.wait_closed(), name="channel-closed")
         waits = {
             channel_closed: "channel closed",
-            asyncio.ensure_future(connection.wait_closed()): "connection lost",
-            asyncio.ensure_future(self._stop.wait()): "stopping",
+            asyncio.create_task(
+                connection.wait_closed(), name="connection-lost"
+            ): "connection lost",
+            asyncio.create_task(self._stop.wait(), name="stopping"): "stopping",
         }
         try:
             done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)

@@ -231,9 +231,9 @@ class Service:
 
     async def _supervise(self, connection: Connection) -> None:
         while True:
-            closed = asyncio.ensure_future(connection.wait_closed())
-            stopping = asyncio.ensure_future(self._stop.wait())
-            reloading = asyncio.ensure_future(self._reload.wait())
+            closed = asyncio.create_task(connection.wait_closed(), name="connection-closed")
+            stopping = asyncio.create_task(self._stop.wait(), name="stop-requested")
+            reloading = asyncio.create_task(self._reload.wait(), name="reload-requested")
             try:
                 await asyncio.wait(
                     (closed, stopping, reloading), return_when=asyncio.FIRST_COMPLETED
