@@ -25,7 +25,7 @@ from pamqp import decode as pamqp_decode
 from pamqp import encode as pamqp_encode
 
 from sidecar.errors import SidecarError, WireError
-from sidecar.wire import ByteArray, Timestamp, decode_table, encode_table_for_pamqp
+from sidecar.wire import Timestamp, decode_table, encode_table_for_pamqp
 
 if TYPE_CHECKING:
     import ssl
@@ -364,14 +364,6 @@ class Channel:
             return False
         return True
 
-    async def nack(self, delivery_tag: int) -> bool:
-        """Return one delivery to its queue; False when the channel is gone."""
-        try:
-            await self._channel.basic_nack(delivery_tag, requeue=True)
-        except (aiormq.exceptions.AMQPError, RuntimeError, ConnectionError):
-            return False
-        return True
-
     async def close(self) -> None:
         """Close the channel; unacked deliveries go back to their queues."""
         self._retired = True  # acks sent from here on would be discarded by the broker
@@ -471,8 +463,3 @@ async def connect(
     except (aiormq.exceptions.AMQPError, OSError, TimeoutError) as e:
         raise ConnectionError(f"cannot connect to the broker: {e!r}") from e
     return Connection(raw)
-
-
-# Re-exported for the relay's isinstance checks without importing the client.
-UNDECODABLE = UndecodableTable
-_ = ByteArray  # quarantine copies of undecodable tables carry their bytes as a byte array

@@ -217,11 +217,6 @@ class RouteWorker:
         """Why the route is not consuming, or None while it is."""
         return self._pause_reason
 
-    @property
-    def in_flight(self) -> int:
-        """Deliveries received and not yet settled."""
-        return self._in_flight
-
     # --- lifecycle ---
 
     def request_stop(self, *, replaced: bool = False) -> None:
