@@ -69,3 +69,29 @@ def test_normalise_rejects_bad_json(
     monkeypatch.setattr("sys.stdin", io.StringIO('{"headers": {"a": {"$int32": "x"}}}'))
     assert main(["normalise"]) == 2
     assert "$int32" in capsys.readouterr().err
+
+
+def test_check_prints_the_routes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """check validates a route map and prints each route, with the password masked."""
+    path = tmp_path / "routes.yaml"
+    path.write_text(
+        "broker: {url: 'amqp://svc:s3cret@mq:5672/'}\n"
+        "quarantine: {exchange: q}\n"
+        "routes:\n"
+        "  - {name: orders, from: staging.orders, to: {exchange: orders, routing_key: keep}}\n"
+    )
+    assert main(["check", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "orders: staging.orders -> orders" in out
+    assert "s3cret" not in out
+
+
+def test_check_invalid_file_exits_2_with_file_and_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An invalid route map exits 2 and names the file, the line and the key."""
+    path = tmp_path / "routes.yaml"
+    path.write_text("quarantine: {exchange: q}\nroutes:\n  - {name: a, frm: b}\n")
+    assert main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}:3: routes[0]" in err
