@@ -293,13 +293,20 @@ class Channel:
             raise ChannelLostError(f"cannot consume {queue!r}: {e!r}") from e
 
     async def cancel(self, consumer_tag: str) -> None:
-        """Stop deliveries to a consumer; in-flight ones stay ours to settle."""
-        with contextlib.suppress(
-            aiormq.exceptions.AMQPError, ConnectionError, RuntimeError, TimeoutError
-        ):
-            # nowait: a broker under an alarm may never answer, SIGTERM has a deadline, and
-            # a timed-out cancel would close the channel before the in-flight acks.
-            await self._channel.basic_cancel(consumer_tag, nowait=True, timeout=CLOSE_TIMEOUT_S)
+        """Stop deliveries to a consumer; in-flight ones stay ours to settle.
+
+        Sent without waiting for the broker (nowait) but, unlike aiormq's own nowait
+        cancel, keeping the callback: deliveries already on the wire are still settled
+        rather than dropped and redelivered. Bounded, and never cancelled midway (a
+        cancelled rpc closes the channel before the in-flight acks).
+        """
+        frame = spec.Basic.Cancel(consumer_tag=consumer_tag, nowait=True)
+        sending = asyncio.create_task(self._send(frame), name=f"cancel:{consumer_tag}")
+        await asyncio.wait([sending], timeout=CLOSE_TIMEOUT_S)
+
+    async def _send(self, frame: spec.Basic.Cancel) -> None:
+        with contextlib.suppress(aiormq.exceptions.AMQPError, ConnectionError, RuntimeError):
+            await cast("aiormq.Channel", self._channel).rpc(frame)  # nowait: returns once sent
 
     async def publish(
         self,
@@ -358,6 +365,8 @@ class Channel:
 
     async def ack(self, delivery_tag: int) -> bool:
         """Ack one delivery; False when the channel is gone (the broker will redeliver)."""
+        if self._retired:  # a closing channel: the broker would discard the ack
+            return False
         try:
             await self._channel.basic_ack(delivery_tag)
         except (aiormq.exceptions.AMQPError, RuntimeError, ConnectionError):
