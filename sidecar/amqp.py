@@ -80,7 +80,9 @@ class MissingEntityError(SidecarChannelError):
     def __init__(self, *, kind: str, name: str) -> None:
         self.kind = kind
         self.name = name
-        super().__init__(f'{kind} "{name}" does not exist')
+        super().__init__(
+            f'{kind} "{name}" does not exist; create it (the sidecar does not declare topology)'
+        )
 
 
 # --- the codec hook ----------------------------------------------------------------------

@@ -244,9 +244,7 @@ class RouteWorker:
                 channel = await self._open_unless_stopped(connection)
                 if channel is None:
                     break
-            except MissingEntityError as e:
-                self._pause(f"{e}; create it (the sidecar does not declare topology)")
-            except ChannelLostError as e:
+            except (MissingEntityError, ChannelLostError) as e:
                 self._pause(str(e))
             except Exception as e:
                 # Never let one route take the others down with it.
@@ -410,7 +408,7 @@ class RouteWorker:
         except ChannelLostError as e:
             log.debug("route %s: delivery left to the broker: %s", route, e)
         except MissingEntityError as e:
-            self._pause(f"{e}; create it (the sidecar does not declare topology)")
+            self._pause(str(e))
         except Exception:
             log.exception("route %s: a delivery could not be settled", route)
             self._pause("internal error; see the log")
