@@ -112,6 +112,13 @@ def quarantine_copy(
     return publishable_properties(delivery.properties, headers, login=login), headers
 
 
+def _slow_reason(exchange: str) -> str:
+    return (
+        f"no confirm from the broker within {CONFIRM_TIMEOUT_S:.0f}s for a publish to exchange"
+        f' "{exchange}" (a memory or disk alarm?); still waiting, it will not be sent twice'
+    )
+
+
 class RoutePausedError(Exception):
     """The broker will not take this route's copies for now; the route must pause."""
 
@@ -499,14 +506,14 @@ class RouteWorker:
         self, channel: Channel, delivery: Delivery, copy: _Copy, hold: _Hold
     ) -> Outcome | _ToQuarantine:
         try:
-            properties = build_properties(copy.properties, copy.headers)
-            published = await channel.publish(
-                delivery.body,
+            published = await self._publish(
+                channel,
+                delivery,
                 exchange=self.route.exchange,
                 routing_key=copy.routing_key,
-                properties=properties,
-                slow_after_s=CONFIRM_TIMEOUT_S,
-                on_slow=lambda: hold.take(self._slow_reason(self.route.exchange)),
+                properties=copy.properties,
+                headers=copy.headers,
+                hold=hold,
             )
         except (WireError, ValueError, TypeError) as e:
             # The normalised copy cannot be written (a 300-byte id cannot be a message_id).
@@ -525,11 +532,25 @@ class RouteWorker:
                     " is a target queue full with overflow reject-publish?"
                 )
 
-    @staticmethod
-    def _slow_reason(exchange: str) -> str:
-        return (
-            f"no confirm from the broker within {CONFIRM_TIMEOUT_S:.0f}s for a publish to exchange"
-            f' "{exchange}" (a memory or disk alarm?); still waiting, it will not be sent twice'
+    async def _publish(
+        self,
+        channel: Channel,
+        delivery: Delivery,
+        *,
+        exchange: str,
+        routing_key: str,
+        properties: dict[str, PropertyValue],
+        headers: dict[str, FieldValue],
+        hold: _Hold,
+    ) -> PublishOutcome:
+        """Publish a copy of the delivery's body; a confirm slower than the limit holds it."""
+        return await channel.publish(
+            delivery.body,
+            exchange=exchange,
+            routing_key=routing_key,
+            properties=build_properties(properties, headers),
+            slow_after_s=CONFIRM_TIMEOUT_S,
+            on_slow=lambda: hold.take(_slow_reason(exchange)),
         )
 
     def _progressed(self, channel: Channel) -> None:
@@ -551,8 +572,20 @@ class RouteWorker:
         properties, headers = quarantine_copy(
             delivery, reason=reason, queue=self.route.queue, login=self._login
         )
+
+        async def quarantine(headers: dict[str, FieldValue]) -> PublishOutcome:
+            return await self._publish(
+                channel,
+                delivery,
+                exchange=self._quarantine_exchange,
+                routing_key=self.route.name,
+                properties=properties,
+                headers=headers,
+                hold=hold,
+            )
+
         try:
-            published = await self._publish_quarantine(channel, delivery, properties, headers, hold)
+            published = await quarantine(headers)
         except (WireError, ValueError, TypeError) as e:
             # Headers decoded off the wire re-encode, so this is a last resort: keep the
             # body, the properties and the reason rather than hold the message forever.
@@ -561,7 +594,7 @@ class RouteWorker:
                 ERROR_HEADER: f"{reason} (the original headers could not be written: {e})",
                 QUARANTINED_FROM: self.route.queue,
             }
-            published = await self._publish_quarantine(channel, delivery, properties, headers, hold)
+            published = await quarantine(headers)
         if published is not PublishOutcome.CONFIRMED:
             raise QuarantineFailedError(
                 f'quarantine exchange "{self._quarantine_exchange}" {published.value} the copy'
@@ -575,23 +608,6 @@ class RouteWorker:
             extra={"route": self.route.name, "message_id": delivery.properties.get("message_id")},
         )
         return Outcome.QUARANTINED
-
-    async def _publish_quarantine(
-        self,
-        channel: Channel,
-        delivery: Delivery,
-        properties: dict[str, PropertyValue],
-        headers: dict[str, FieldValue],
-        hold: _Hold,
-    ) -> PublishOutcome:
-        return await channel.publish(
-            delivery.body,
-            exchange=self._quarantine_exchange,
-            routing_key=self.route.name,
-            properties=build_properties(properties, headers),
-            slow_after_s=CONFIRM_TIMEOUT_S,
-            on_slow=lambda: hold.take(self._slow_reason(self._quarantine_exchange)),
-        )
 
     def _record_violations(self, verdict: Verdict, delivery: Delivery) -> None:
         """Count every violation; log each (kind, header) at most once per interval.
