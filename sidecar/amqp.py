@@ -25,6 +25,7 @@ from pamqp import decode as pamqp_decode
 from pamqp import encode as pamqp_encode
 
 from sidecar.errors import SidecarError, WireError
+from sidecar.waits import first_of
 from sidecar.wire import Timestamp, decode_table, encode_table_for_pamqp
 
 if TYPE_CHECKING:
@@ -263,15 +264,7 @@ class Channel:
 
     async def wait_closed(self) -> str:
         """Return why, once the channel closes or the broker cancels its consumer."""
-        closed = asyncio.shield(self._channel.closing)
-        cancelled = asyncio.create_task(
-            self._cancelled_by_broker.wait(), name="acemq-sidecar.consumer-cancelled"
-        )
-        try:
-            await asyncio.wait((closed, cancelled), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            closed.cancel()
-            cancelled.cancel()
+        await first_of(asyncio.shield(self._channel.closing), self._cancelled_by_broker.wait())
         if self._cancelled_by_broker.is_set():
             return "the broker cancelled the consumer (was the queue deleted?)"
         closing = self._channel.closing

@@ -29,6 +29,7 @@ from sidecar.contract import Policy, Reject, Relay, move_user_id, normalise
 from sidecar.errors import WireError
 from sidecar.metrics import Outcome
 from sidecar.routes import Mode
+from sidecar.waits import first_of
 from sidecar.wire import ByteArray
 
 if TYPE_CHECKING:
@@ -317,22 +318,10 @@ class RouteWorker:
 
     async def _consume_until_closed(self, channel: Channel, connection: Connection) -> str:
         """Wait until the channel or connection closes, or a stop; return what happened."""
-        channel_closed = asyncio.create_task(channel.wait_closed(), name="channel-closed")
-        waits = {
-            channel_closed: "channel closed",
-            asyncio.create_task(
-                connection.wait_closed(), name="connection-lost"
-            ): "connection lost",
-            asyncio.create_task(self._stop.wait(), name="stopping"): "stopping",
-        }
-        try:
-            done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in waits:
-                task.cancel()
-        if channel_closed in done and not channel_closed.cancelled():
-            return channel_closed.result()
-        return next(waits[task] for task in done)
+        which, first = await first_of(
+            channel.wait_closed(), connection.wait_closed(), self._stop.wait()
+        )
+        return str(first.result()) if which == 0 else ("connection lost", "stopping")[which - 1]
 
     async def _drain(self, channel: Channel, *, grace_s: float) -> None:
         """Stop deliveries, settle in-flight work within the grace period, close."""

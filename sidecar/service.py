@@ -23,6 +23,7 @@ from sidecar.health import HealthServer, Probe
 from sidecar.metrics import Metrics, ReloadResult
 from sidecar.relay import Backoff, Clock, RouteWorker
 from sidecar.routes import load_route_map
+from sidecar.waits import first_of
 
 if TYPE_CHECKING:
     import random
@@ -231,16 +232,7 @@ class Service:
 
     async def _supervise(self, connection: Connection) -> None:
         while True:
-            closed = asyncio.create_task(connection.wait_closed(), name="connection-closed")
-            stopping = asyncio.create_task(self._stop.wait(), name="stop-requested")
-            reloading = asyncio.create_task(self._reload.wait(), name="reload-requested")
-            try:
-                await asyncio.wait(
-                    (closed, stopping, reloading), return_when=asyncio.FIRST_COMPLETED
-                )
-            finally:
-                for waiter in (closed, stopping, reloading):
-                    waiter.cancel()
+            await first_of(connection.wait_closed(), self._stop.wait(), self._reload.wait())
             if self._stop.is_set():
                 log.info("stopping: draining in-flight messages")
                 return
