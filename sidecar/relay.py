@@ -29,7 +29,7 @@ from sidecar.contract import Policy, Reject, Relay, move_user_id, normalise
 from sidecar.errors import WireError
 from sidecar.metrics import Outcome
 from sidecar.routes import Mode
-from sidecar.waits import first_of
+from sidecar.waits import first_of, sleep_unless
 from sidecar.wire import ByteArray
 
 if TYPE_CHECKING:
@@ -269,7 +269,7 @@ class RouteWorker:
                     self._backoff.reset()  # it worked for a while: a fresh failure, not a loop
                 self._pause(reason)
                 await channel.close()
-            await self._sleep(self._backoff.next_delay())
+            await sleep_unless(self._stop, self._backoff.next_delay())
         self._set_gauge(up=False)
         if self._pause_reason is None:
             self._pause_reason = "stopped"
@@ -345,11 +345,6 @@ class RouteWorker:
                 extra={"route": self.route.name, "in_flight": self._in_flight},
             )
         await channel.close()
-
-    async def _sleep(self, delay_s: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(delay_s):
-                await self._stop.wait()
 
     def _set_up(self) -> None:
         if self._held == 0:  # deliveries held on an old channel keep the route paused
@@ -474,7 +469,7 @@ class RouteWorker:
             except RoutePausedError as e:
                 hold.take(str(e))
                 backoff = backoff or Backoff(rng=self._backoff.rng)
-                await self._sleep(backoff.next_delay())
+                await sleep_unless(self._stop, backoff.next_delay())
                 if self._stop.is_set() or not channel.is_open:
                     return None  # the broker redelivers it
                 continue

@@ -8,7 +8,6 @@ down in the reverse order of start-up on SIGTERM. It settles no message itself.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import signal
@@ -23,7 +22,7 @@ from sidecar.health import HealthServer, Probe
 from sidecar.metrics import Metrics, ReloadResult
 from sidecar.relay import Backoff, Clock, RouteWorker
 from sidecar.routes import load_route_map
-from sidecar.waits import first_of
+from sidecar.waits import first_of, sleep_unless
 
 if TYPE_CHECKING:
     import random
@@ -178,7 +177,7 @@ class Service:
                 log.warning(
                     "broker %s unreachable: %s; retrying in %.1fs", broker.masked_url, e, delay
                 )
-                await self._sleep(delay)
+                await sleep_unless(self._stop, delay)
                 continue
             if has_connected:
                 self._metrics.count_reconnect()
@@ -200,7 +199,7 @@ class Service:
                     reason or "closed",
                     delay,
                 )
-                await self._sleep(delay)
+                await sleep_unless(self._stop, delay)
 
     def _set_connected(self, *, connected: bool) -> None:
         self._connected = connected
@@ -332,7 +331,7 @@ class Service:
     async def _watch_config(self) -> None:
         """Notice a changed route map file (a ConfigMap update) and reload it."""
         while not self._stop.is_set():
-            await self._sleep(CONFIG_POLL_S)
+            await sleep_unless(self._stop, CONFIG_POLL_S)
             stamp = self._stat_config()
             if stamp is not None and stamp != self._config_stamp:
                 self._config_stamp = stamp
@@ -344,10 +343,4 @@ class Service:
     async def _tick(self) -> None:
         while not self._stop.is_set():
             self._last_tick = self._clock.monotonic()
-            await self._sleep(TICK_S)
-
-    async def _sleep(self, delay_s: float) -> None:
-        """Wait for the delay, or less if a stop is requested."""
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(delay_s):
-                await self._stop.wait()
+            await sleep_unless(self._stop, TICK_S)

@@ -7,12 +7,13 @@ relay, the service and the adapter each wait for whichever comes first.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine
 
-__all__ = ["first_of"]
+__all__ = ["first_of", "sleep_unless"]
 
 
 async def first_of(
@@ -36,3 +37,10 @@ async def first_of(
             future.exception()
     index = next(i for i, future in enumerate(futures) if future in done)
     return index, futures[index]
+
+
+async def sleep_unless(stop: asyncio.Event, delay_s: float) -> None:
+    """Wait for the delay, or less if ``stop`` is set: a backoff that SIGTERM cuts short."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(delay_s):
+            await stop.wait()

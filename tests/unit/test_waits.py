@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from sidecar.waits import first_of
+from sidecar.waits import first_of, sleep_unless
 
 
 async def test_returns_the_first_finished_and_cancels_the_rest() -> None:
@@ -42,3 +42,14 @@ async def test_a_failed_waiter_is_returned_and_its_exception_retrieved() -> None
     assert which == 0
     assert isinstance(first.exception(), ConnectionError)
     assert failed._log_traceback is False  # asyncio will not log "never retrieved"
+
+
+async def test_sleep_unless_ends_early_on_stop() -> None:
+    """A backoff sleep ends as soon as a stop is requested, and not before."""
+    stop = asyncio.Event()
+    sleeping = asyncio.create_task(sleep_unless(stop, 30))
+    await asyncio.sleep(0.01)
+    assert not sleeping.done()
+    stop.set()
+    async with asyncio.timeout(1):
+        await sleeping
