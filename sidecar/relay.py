@@ -25,7 +25,7 @@ from sidecar.amqp import (
     PublishOutcome,
     build_properties,
 )
-from sidecar.contract import Policy, Reject, Relay, move_user_id, normalise
+from sidecar.contract import ORIGIN, Policy, Reject, Relay, move_user_id, normalise
 from sidecar.errors import WireError
 from sidecar.metrics import Outcome
 from sidecar.routes import Mode
@@ -113,6 +113,13 @@ def quarantine_copy(
     return publishable_properties(delivery.properties, headers, login=login), headers
 
 
+def _origin(verdict: Verdict, delivery: Delivery) -> object:
+    """Return the origin for a log line: the normalised one, else the one it arrived with."""
+    headers = verdict.headers if isinstance(verdict, Relay) else delivery.headers
+    origin = headers.get(ORIGIN)
+    return origin if isinstance(origin, str) else delivery.properties.get("app_id")
+
+
 def _slow_reason(exchange: str) -> str:
     return (
         f"no confirm from the broker within {CONFIRM_TIMEOUT_S:.0f}s for a publish to exchange"
@@ -130,17 +137,23 @@ class QuarantineFailedError(RoutePausedError):
 
 @dataclass(slots=True)
 class _RateLimit:
-    """Says yes to a key at most once per interval (a violation kind, a pause reason)."""
+    """Lets a key through at most once per interval (a violation kind, a pause reason).
+
+    ``admit`` returns None for a key to stay quiet about, else how many times the key was
+    kept quiet since it was last let through, so the line can say what it stands for.
+    """
 
     interval_s: float
     last: dict[tuple[str, str], float] = field(default_factory=dict)
+    quiet: dict[tuple[str, str], int] = field(default_factory=dict)
 
-    def should_log(self, key: tuple[str, str], now: float) -> bool:
+    def admit(self, key: tuple[str, str], now: float) -> int | None:
         seen = self.last.get(key)
         if seen is not None and now - seen < self.interval_s:
-            return False
+            self.quiet[key] = self.quiet.get(key, 0) + 1
+            return None
         self.last[key] = now
-        return True
+        return self.quiet.pop(key, 0)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -364,7 +377,7 @@ class RouteWorker:
         self._set_gauge(up=False)
         now = self._clock.monotonic()
         # Held deliveries may alternate reasons at every retry: log each at most per interval.
-        if self._pause_reason is None or self._pause_log.should_log(("pause", reason), now):
+        if self._pause_reason is None or self._pause_log.admit(("pause", reason), now) is not None:
             log.warning(
                 "route %s paused: %s; retrying with backoff",
                 self.route.name,
@@ -603,14 +616,18 @@ class RouteWorker:
         pairs = [(str(v.kind), v.header) for v in verdict.violations]
         self._metrics.count_violations(route, pairs)
         now = self._clock.monotonic()
+        origin = _origin(verdict, delivery)
         for kind, header in pairs:
-            if not self._violation_log.should_log((kind, header), now):
+            suppressed = self._violation_log.admit((kind, header), now)
+            if suppressed is None:
                 continue
             extra: dict[str, object] = {
                 "route": route,
                 "kind": kind,
                 "header": header,
                 "message_id": delivery.properties.get("message_id"),
+                "origin": origin,
+                "suppressed": suppressed,
             }
             match verdict:
                 case Relay(stripped=stripped) if stripped and kind == "unknown_reserved":
