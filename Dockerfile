@@ -1,0 +1,57 @@
+# syntax=docker/dockerfile:1
+# acemq-sidecar: build the wheel, install it into a virtual environment, and copy only that
+# environment into a clean image of the same Python. The final image has no compiler, no
+# build backend and no pip cache; it runs as 10001 and writes nothing at run time, so it
+# works with a read-only root filesystem.
+#
+#   docker build -t acemq-sidecar:0.1.0 .
+#   docker run --rm -v "$PWD/config/example.yaml:/etc/acemq-sidecar/routes.yaml:ro" \
+#     -e AMQP_URL=amqp://guest:guest@host.docker.internal:5672/ -p 9090:9090 \
+#     -e ACEMQ_HTTP_LISTEN=0.0.0.0:9090 --read-only acemq-sidecar:0.1.0
+
+# One pinned Python for both stages: the virtual environment's interpreter is a link to
+# the base image's, so the stages must match exactly.
+ARG PYTHON_IMAGE=python:3.11.13-slim-bookworm
+
+FROM ${PYTHON_IMAGE} AS build
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_ROOT_USER_ACTION=ignore
+WORKDIR /src
+# .dockerignore lets in only what the wheel is built from.
+COPY pyproject.toml README.md ./
+COPY sidecar ./sidecar
+# The wheel is built in isolation (hatchling comes from the index, into this stage only);
+# every dependency ships binary wheels for CPython 3.11 on amd64 and arm64, so no compiler
+# is needed. pip compiles the .pyc files here, at build time, as it installs.
+RUN pip wheel --no-deps --wheel-dir /wheels . \
+ && python -m venv /opt/acemq-sidecar \
+ && /opt/acemq-sidecar/bin/pip install --no-cache-dir /wheels/acemq_sidecar-*.whl \
+ && /opt/acemq-sidecar/bin/pip uninstall --yes pip \
+ && /opt/acemq-sidecar/bin/acemq-sidecar --help >/dev/null
+
+FROM ${PYTHON_IMAGE}
+ARG VERSION=0.1.0
+LABEL org.opencontainers.image.title="acemq-sidecar" \
+      org.opencontainers.image.description="Enforces the AceMQ envelope wire contract between applications and RabbitMQ." \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.licenses="Apache-2.0"
+# No .pyc writes at run time (they were compiled at build time), unbuffered logs.
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PATH=/opt/acemq-sidecar/bin:${PATH}
+# A named user for tools that look the uid up; the numeric USER below is what Kubernetes'
+# runAsNonRoot can verify.
+RUN groupadd --system --gid 10001 acemq \
+ && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
+      --shell /usr/sbin/nologin acemq
+COPY --from=build /opt/acemq-sidecar /opt/acemq-sidecar
+USER 10001:10001
+# /metrics, /healthz, /readyz (route map http.listen; the default is 0.0.0.0:9090).
+EXPOSE 9090
+# Exec form, no shell and no init: the Python process is PID 1 and receives SIGTERM itself.
+# The sidecar installs its own SIGTERM/SIGINT/SIGHUP handlers (as PID 1 an unhandled
+# SIGTERM would be ignored) and starts no child processes, so there is nothing to reap.
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["acemq-sidecar", "run"]
+CMD ["--config", "/etc/acemq-sidecar/routes.yaml"]
