@@ -98,54 +98,66 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry, *, version: str, contract: str) -> None:
         self._messages = Counter(
             f"{PREFIX}messages_total",
-            "Messages consumed from a staging queue and settled, by outcome.",
+            "Staging messages settled (acked after a confirmed copy), by outcome: relayed ="
+            " normalised copy on the target; quarantined = original on the quarantine exchange"
+            " (rejected, unroutable or unwritable); audited = original relayed unchanged in"
+            " audit mode.",
             ["route", "outcome"],
             registry=registry,
         )
         self._violations = Counter(
             f"{PREFIX}violations_total",
-            "Contract violations found, by kind (CONTRACT.md section 6) and header.",
+            "Envelope rules that fired on consumed messages, by kind (CONTRACT.md section 6)"
+            " and header (the contract name; x-acemq-* for any unknown reserved name, app for"
+            " an application header). A rise means a publisher drifts from the contract.",
             ["route", "kind", "header"],
             registry=registry,
         )
         self._relay_seconds = Histogram(
             f"{PREFIX}relay_seconds",
-            "Seconds from consuming a message to the broker confirming its copy.",
+            "Seconds from receiving a staging message to acking it after the broker confirmed"
+            " its copy (target or quarantine); includes any time it was held by a pause.",
             ["route"],
             buckets=RELAY_SECONDS_BUCKETS,
             registry=registry,
         )
         self._in_flight = Gauge(
             f"{PREFIX}in_flight",
-            "Messages consumed and not yet settled.",
+            "Messages received from the staging queue and not yet acked; at most the route's"
+            " prefetch. Stuck near prefetch: confirms are slow or the route is held.",
             ["route"],
             registry=registry,
         )
         self._route_up = Gauge(
             f"{PREFIX}route_up",
-            "1 while the route is consuming, else 0.",
+            "1 while the route consumes its staging queue; 0 while it is paused (a missing"
+            " queue or exchange, a refused publish, no connection): /readyz says why.",
             ["route"],
             registry=registry,
         )
         self._broker_connected = Gauge(
             f"{PREFIX}broker_connected",
-            "1 while the AMQP connection is open, else 0.",
+            "1 while the AMQP connection to the broker is open; 0 while connecting or"
+            " reconnecting (every route is stopped then).",
             registry=registry,
         )
         self._reconnects = Counter(
             f"{PREFIX}reconnects_total",
-            "AMQP connections re-established after a loss.",
+            "AMQP connections re-established after one was lost (the first connect is not"
+            " counted); unacked messages are redelivered after each.",
             registry=registry,
         )
         reloads = Counter(
             f"{PREFIX}config_reloads_total",
-            "Route map reloads, by result.",
+            "Route map reloads (SIGHUP or a changed file), by result: applied, or refused"
+            " because the new map is invalid (the old one keeps running; see the log).",
             ["result"],
             registry=registry,
         )
         build_info = Gauge(
             f"{PREFIX}build_info",
-            "Always 1; the labels name the sidecar version and the contract version it enforces.",
+            "Always 1; the labels name the running sidecar version and the AceMQ envelope"
+            " contract version it enforces.",
             ["version", "contract"],
             registry=registry,
         )

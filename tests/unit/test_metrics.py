@@ -277,3 +277,105 @@ def test_nothing_is_registered_on_the_global_registry() -> None:
 
 def _samples(registry: CollectorRegistry) -> list[Sample]:
     return [s for m in registry.collect() for s in m.samples if not s.name.endswith("_created")]
+
+
+def test_counting_a_seen_violation_resolves_no_label(
+    metrics: Metrics, registry: CollectorRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Per message, a violation costs a dictionary look-up: .labels() runs once per triple."""
+    metrics.add_route("orders")
+    metrics.count_violations("orders", [("coerced", "x-acemq-attempt")])
+    calls: list[tuple[object, ...]] = []
+    resolve = metrics._violations.labels
+
+    def counting(*args: str, **kwargs: str) -> object:
+        calls.append(args)
+        return resolve(*args, **kwargs)
+
+    monkeypatch.setattr(metrics._violations, "labels", counting)
+    for _ in range(100):
+        metrics.count_violations(
+            "orders",
+            [
+                ("coerced", "x-acemq-attempt"),
+                (Kind.COERCED, "x-acemq-attempt"),
+                (Kind.UNKNOWN_RESERVED, "x-acemq-*"),  # zero-initialised by add_route
+            ],
+        )
+    metrics.count_violations("orders", [("mirror", "message_id")])  # a new triple: once
+    metrics.count_violations("orders", [("mirror", "message_id")])
+    assert calls == [("orders", "mirror", "message_id")]
+    assert (
+        value(
+            registry, "violations_total", route="orders", kind="coerced", header="x-acemq-attempt"
+        )
+        == 201
+    )
+
+
+def test_violation_labels_never_carry_a_raw_header_name(
+    metrics: Metrics, registry: CollectorRegistry
+) -> None:
+    """Unknown reserved names and application headers reach the metric only as their labels."""
+    unknown = [f"x-acemq-custom-{i}" for i in range(5)]
+    headers: dict[str, object] = dict.fromkeys(unknown, "v")
+    headers |= {"x-tenant-secret": None, "x-acemq-attempt": " 2 "}
+    for publishers in contract.Publishers:
+        verdict = contract.normalise(
+            "orders",
+            {"message_id": "m-1"},
+            headers,
+            policy=contract.Policy(publishers=publishers),
+            now_ms=1_790_000_000_000,
+            new_id=lambda: "id-1",
+        )
+        metrics.count_violations(str(publishers), verdict.violations)
+    labels = {
+        sample.labels["header"]
+        for sample in _samples(registry)
+        if sample.name == P + "violations_total"
+    }
+    allowed = {
+        *contract.CONTRACT_HEADERS,
+        contract.UNKNOWN_RESERVED_LABEL,
+        contract.APP_LABEL,
+        "message_id",
+        "reply_to",
+        "user_id",
+    }
+    assert labels <= allowed, labels - allowed
+    assert contract.APP_LABEL in labels  # the void application header was counted as "app"
+    assert (
+        value(registry, "violations_total", route="apps", kind="app_reserved", header="x-acemq-*")
+        == 5
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "words"),
+    [
+        ("messages_total", [o.value for o in Outcome]),
+        ("config_reloads_total", [r.value for r in ReloadResult]),
+        ("violations_total", ["kind", "x-acemq-*", "app"]),
+        ("route_up", ["/readyz"]),
+        ("in_flight", ["prefetch"]),
+        ("relay_seconds", ["confirm"]),
+        ("build_info", ["version", "contract"]),
+    ],
+)
+def test_help_tells_an_operator_what_the_number_means(
+    metrics: Metrics, registry: CollectorRegistry, name: str, words: list[str]
+) -> None:
+    """The HELP line explains the labels' values and what to look at, not just the name."""
+    metrics.add_route("orders")
+    family = name.removesuffix("_total")
+    (documentation,) = [m.documentation for m in registry.collect() if m.name == P + family]
+    for word in words:
+        assert word in documentation, (word, documentation)
+
+
+def test_every_metric_has_help_text(metrics: Metrics, registry: CollectorRegistry) -> None:
+    """No metric ships with an empty or one-word HELP."""
+    metrics.add_route("orders")
+    for family in registry.collect():
+        assert len(family.documentation.split()) >= 8, (family.name, family.documentation)
