@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from sidecar.contract import normalise
 from sidecar.errors import ConfigError
+from sidecar.logs import LEVELS, parse_level
 from sidecar.vectors import VectorError, message_from_json, run_vector, verdict_to_json
 
 if TYPE_CHECKING:
@@ -28,6 +29,14 @@ if TYPE_CHECKING:
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+
+
+def _log_level(text: str) -> str:
+    """Read ``--log-level`` (or ``ACEMQ_LOG_LEVEL``) for argparse: any case, one of LEVELS."""
+    try:
+        return parse_level(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
 
 
 def _new_id() -> str:
@@ -138,8 +147,14 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="relay every route of a route map until SIGTERM")
     run.add_argument("--config", required=True, metavar="FILE", help="the YAML route map")
+    # argparse passes a string default through the type too: a bad ACEMQ_LOG_LEVEL is a
+    # usage error (exit 2) like a bad --log-level, not a traceback.
     run.add_argument(
-        "--log-level", default=os.environ.get("ACEMQ_LOG_LEVEL", "INFO"), help="default INFO"
+        "--log-level",
+        type=_log_level,
+        default=os.environ.get("ACEMQ_LOG_LEVEL", "INFO"),
+        metavar="LEVEL",
+        help=f"{', '.join(LEVELS)} (any case); default: $ACEMQ_LOG_LEVEL, else INFO",
     )
     check = commands.add_parser("check", help="validate a route map and print its routes")
     check.add_argument("file", metavar="FILE")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.cli import main
+from sidecar.cli import build_parser, main
 from tests.unit.test_contract_vectors import VECTORS
 
 
@@ -95,3 +95,39 @@ def test_check_invalid_file_exits_2_with_file_and_line(
     assert main(["check", str(path)]) == 2
     err = capsys.readouterr().err
     assert f"{path}:3: routes[0]" in err
+
+
+@pytest.mark.parametrize(("given", "level"), [("debug", "DEBUG"), ("Warning", "WARNING")])
+def test_run_log_level_is_read_in_any_case(given: str, level: str) -> None:
+    """--log-level takes a level name in any case."""
+    args = build_parser().parse_args(["run", "--config", "f.yaml", "--log-level", given])
+    assert args.log_level == level
+
+
+def test_run_log_level_defaults_to_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ACEMQ_LOG_LEVEL sets the level when --log-level is not given; INFO without either."""
+    monkeypatch.delenv("ACEMQ_LOG_LEVEL", raising=False)
+    assert build_parser().parse_args(["run", "--config", "f.yaml"]).log_level == "INFO"
+    monkeypatch.setenv("ACEMQ_LOG_LEVEL", "error")
+    assert build_parser().parse_args(["run", "--config", "f.yaml"]).log_level == "ERROR"
+
+
+@pytest.mark.parametrize("source", ["flag", "environment"])
+def test_run_unknown_log_level_exits_2_with_the_choices(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    source: str,
+) -> None:
+    """A bad level is a usage error naming the choices, before any connection is tried."""
+    argv = ["run", "--config", str(tmp_path / "routes.yaml")]
+    if source == "flag":
+        argv += ["--log-level", "loud"]
+    else:
+        monkeypatch.setenv("ACEMQ_LOG_LEVEL", "loud")
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "unknown log level 'loud'" in err
+    assert "DEBUG, INFO, WARNING, ERROR, CRITICAL" in err
