@@ -4,10 +4,15 @@ This module owns the HTTP endpoint and nothing else: it knows no metric names (t
 ``sidecar.metrics``) and decides nothing about health (the probes are injected). It uses
 the standard library's ``ThreadingHTTPServer`` in its own thread, so a slow scrape never
 blocks the sidecar's event loop, and it writes nothing to stderr per request.
+
+``/metrics`` answers in the Prometheus text format, or in OpenMetrics when the scraper's
+``Accept`` header asks for ``application/openmetrics-text`` (prometheus_client chooses).
+A probe answers 200 or 503 with its report as JSON when it has one, else with plain text.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import socket
 import socketserver
@@ -18,12 +23,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.exposition import choose_encoder
 
 from sidecar.errors import SidecarError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
     from prometheus_client import CollectorRegistry
 
@@ -32,6 +37,7 @@ __all__ = ["HealthBindError", "HealthServer", "Probe"]
 logger = logging.getLogger(__name__)
 
 _TEXT = "text/plain; charset=utf-8"
+_JSON = "application/json"
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,11 +45,14 @@ class Probe:
     """What a liveness or readiness probe reports.
 
     ``detail`` holds one line per reason when ``ok`` is false, for example
-    ``route orders: exchange "orders" does not exist``; it is the 503 response body.
+    ``route orders: exchange "orders" does not exist``; it is the 503 response body unless
+    there is a ``report``. A ``report`` (JSON-serialisable) is the response body whatever the
+    status, for a client that wants to read which part is down and why.
     """
 
     ok: bool
     detail: str = ""
+    report: Mapping[str, object] | None = None
 
 
 class HealthBindError(SidecarError, OSError):
@@ -133,7 +142,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _route(self, path: str) -> tuple[HTTPStatus, str, bytes]:
         match path:
             case "/metrics":
-                return self._metrics()
+                return self._metrics(self.headers.get("Accept", ""))
             case "/healthz":
                 return _probe(self.server.liveness)
             case "/readyz":
@@ -141,24 +150,28 @@ class _Handler(BaseHTTPRequestHandler):
             case _:
                 return HTTPStatus.NOT_FOUND, _TEXT, b"not found: try /metrics, /healthz, /readyz\n"
 
-    def _metrics(self) -> tuple[HTTPStatus, str, bytes]:
+    def _metrics(self, accept: str) -> tuple[HTTPStatus, str, bytes]:
+        encode, content_type = choose_encoder(accept)
         try:
-            body = generate_latest(self.server.registry)
+            body = encode(self.server.registry)
         except Exception as e:  # a broken collector must not kill the thread
             logger.warning("collecting metrics failed", exc_info=True)
             return HTTPStatus.INTERNAL_SERVER_ERROR, _TEXT, _line(f"{type(e).__name__}: {e}")
-        return HTTPStatus.OK, CONTENT_TYPE_LATEST, body
+        return HTTPStatus.OK, content_type, body
 
 
 def _probe(probe: Callable[[], Probe]) -> tuple[HTTPStatus, str, bytes]:
-    """Run ``probe``: 200 "ok" or 503 with its detail, or with the exception it raised."""
+    """Run ``probe``: 200 or 503 with its report, else "ok" or its detail; 503 if it raises."""
     try:
         result = probe()
+        status = HTTPStatus.OK if result.ok else HTTPStatus.SERVICE_UNAVAILABLE
+        if result.report is not None:
+            return status, _JSON, _line(json.dumps(result.report, ensure_ascii=False))
     except Exception as e:  # noqa: BLE001 - a probe that raises means "not healthy"
         return HTTPStatus.SERVICE_UNAVAILABLE, _TEXT, _line(f"{type(e).__name__}: {e}")
     if result.ok:
-        return HTTPStatus.OK, _TEXT, b"ok\n"
-    return HTTPStatus.SERVICE_UNAVAILABLE, _TEXT, _line(result.detail or "not ok")
+        return status, _TEXT, b"ok\n"
+    return status, _TEXT, _line(result.detail or "not ok")
 
 
 def _line(text: str) -> bytes:

@@ -103,22 +103,51 @@ class Service:
         return self._health.port
 
     def liveness(self) -> Probe:
-        """Alive while the event loop keeps ticking."""
+        """Alive while the event loop keeps ticking; a loop stuck this long fails.
+
+        The tick task stamps ``_last_tick`` every ``TICK_S``; a loop blocked by a
+        synchronous call or a busy callback stops stamping, and this thread sees it. After
+        a stop request the ticks end while the routes drain: the process then exits by
+        itself within the grace period (or is killed at it), so it is not reported dead.
+        """
+        if self._stop.is_set():
+            return Probe(ok=True, detail="stopping")
         stale = self._clock.monotonic() - self._last_tick
         if stale > LIVENESS_STALE_S:
             return Probe(ok=False, detail=f"event loop has not run for {stale:.0f}s")
         return Probe(ok=True, detail="ok")
 
     def readiness(self) -> Probe:
-        """Ready when connected and every route consumes."""
-        if not self._connected:
-            return Probe(ok=False, detail="broker: not connected")
-        reasons = [
-            f"route {name}: {worker.pause_reason}"
-            for name, (worker, _) in list(self._workers.items())
-            if worker.pause_reason is not None
-        ]
-        return Probe(ok=not reasons, detail="\n".join(reasons) or "ok")
+        """Ready when connected and every route of the map consumes.
+
+        ``detail`` has one ``route NAME: reason`` line per route that does not consume (or
+        ``broker: not connected``); ``report`` is the /readyz JSON body, every route with
+        "consuming" or its reason.
+        """
+        # Snapshots: the loop may swap the map or add and remove workers meanwhile.
+        connected, route_map, workers = self._connected, self._route_map, dict(self._workers)
+        routes: dict[str, str] = {}
+        down: list[str] = []
+        for route in route_map.routes:
+            entry = workers.get(route.name)
+            if entry is None:
+                reason: str | None = "starting" if connected else "waiting for the broker"
+            else:
+                reason = entry[0].pause_reason
+            if reason is None:
+                routes[route.name] = "consuming"
+            else:
+                routes[route.name] = reason
+                down.append(f"route {route.name}: {reason}")
+        ready = connected and not down
+        report = {
+            "ready": ready,
+            "broker": "connected" if connected else "not connected",
+            "routes": routes,
+        }
+        if not connected:
+            return Probe(ok=False, detail="broker: not connected", report=report)
+        return Probe(ok=ready, detail="\n".join(down) or "ok", report=report)
 
     # --- control ---
 

@@ -2,20 +2,32 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+import random
+import socket
+import threading
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import pytest
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
+from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
 
+from sidecar import service as service_module
 from sidecar.health import HealthBindError, HealthServer, Probe
 from sidecar.metrics import Metrics
+from sidecar.relay import Clock
+from sidecar.routes import load_route_map
+from sidecar.service import Service
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from email.message import Message
+    from pathlib import Path
 
 HOST = "127.0.0.1"
 
@@ -70,8 +82,13 @@ def server(probes: Probes) -> Iterator[HealthServer]:
     server.stop()
 
 
-def fetch(server: HealthServer, path: str, *, method: str = "GET") -> Response:
-    request = urllib.request.Request(f"http://{HOST}:{server.port}{path}", method=method)
+def fetch(
+    server: HealthServer | int, path: str, *, method: str = "GET", accept: str | None = None
+) -> Response:
+    port = server if isinstance(server, int) else server.port
+    request = urllib.request.Request(f"http://{HOST}:{port}{path}", method=method)
+    if accept is not None:
+        request.add_header("Accept", accept)
     try:
         with urllib.request.urlopen(request, timeout=5) as reply:  # noqa: S310
             return _response(reply.status, reply.headers, reply.read())
@@ -85,10 +102,11 @@ def _response(status: int, headers: Message, body: bytes) -> Response:
 
 
 def test_metrics_serves_the_registry(server: HealthServer) -> None:
-    """Prometheus gets the text exposition of the injected registry."""
+    """Prometheus gets the text exposition (0.0.4) of the injected registry."""
     reply = fetch(server, "/metrics")
     assert reply.status == 200
-    assert reply.content_type == CONTENT_TYPE_LATEST
+    assert reply.content_type.startswith("text/plain; version=0.0.4")
+    assert "# EOF" not in reply.body
     assert 'acemq_sidecar_build_info{contract="1",version="1.2.3"} 1.0' in reply.body
     assert 'acemq_sidecar_route_up{route="orders"} 0.0' in reply.body
 
@@ -223,3 +241,192 @@ def test_port_before_start_is_an_error(probes: Probes) -> None:
     server = make_server(probes)
     with pytest.raises(RuntimeError, match="before start"):
         _ = server.port
+
+
+@pytest.mark.parametrize(
+    "accept",
+    [
+        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        "application/openmetrics-text",
+        "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+    ],
+)
+def test_metrics_speaks_openmetrics_when_asked(server: HealthServer, accept: str) -> None:
+    """A scraper that accepts OpenMetrics gets it: its content type, the # EOF terminator."""
+    reply = fetch(server, "/metrics", accept=accept)
+    assert reply.status == 200
+    assert reply.content_type.startswith("application/openmetrics-text; version=1.0.0")
+    assert reply.body.endswith("# EOF\n")
+    assert 'acemq_sidecar_build_info{contract="1",version="1.2.3"} 1.0' in reply.body
+
+
+def test_metrics_plain_accept_gets_the_text_format(server: HealthServer) -> None:
+    """An Accept header without OpenMetrics (curl's */*) gets the Prometheus text format."""
+    reply = fetch(server, "/metrics", accept="*/*")
+    assert reply.content_type.startswith("text/plain")
+    families = {f.name for f in text_string_to_metric_families(reply.body)}
+    assert "acemq_sidecar_messages" in families
+
+
+@pytest.mark.parametrize("ok", [True, False])
+def test_probe_with_a_report_answers_json(
+    server: HealthServer, probes: Probes, *, ok: bool
+) -> None:
+    """A report is the body, as JSON, whether the probe passes (200) or fails (503)."""
+    report = {"ready": ok, "broker": "connected", "routes": {"orders": "consuming"}}
+    probes.readiness = Probe(ok=ok, detail="ignored", report=report)
+    reply = fetch(server, "/readyz")
+    assert reply.status == (200 if ok else 503)
+    assert reply.content_type == "application/json"
+    assert json.loads(reply.body) == report
+    assert reply.body.endswith("}\n")
+
+
+def test_probe_report_that_is_not_json_is_503(server: HealthServer, probes: Probes) -> None:
+    """A report JSON cannot hold is a probe bug: 503 with its text, never a dead thread."""
+    probes.readiness = Probe(ok=True, report={"when": object()})
+    reply = fetch(server, "/readyz")
+    assert reply.status == 503
+    assert "TypeError" in reply.body
+    probes.readiness = Probe(ok=True)
+    assert fetch(server, "/readyz").status == 200
+
+
+# --- the service's probes, as the HTTP thread sees them -------------------------------------
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind((HOST, 0))
+        return int(probe.getsockname()[1])
+
+
+def make_service(tmp_path: Path, *, routes: tuple[str, ...] = ("orders",)) -> Service:
+    """A Service on a route map whose broker nobody listens on (probes need no broker)."""
+    lines = [
+        f"broker: {{url: 'amqp://guest:guest@{HOST}:{_closed_port()}/', connect_timeout_s: 1}}",
+        f"http: {{listen: '{HOST}:0'}}",
+        "quarantine: {exchange: q}",
+        "routes:",
+        *(
+            f"  - {{name: {r}, from: s.{r}, to: {{exchange: {r}, routing_key: keep}}}}"
+            for r in routes
+        ),
+    ]
+    path = tmp_path / "routes.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return Service(
+        load_route_map(path, env={}),
+        config_path=path,
+        env={},
+        registry=CollectorRegistry(),
+        clock=Clock(now_ms=lambda: time.time_ns() // 1_000_000, monotonic=time.monotonic),
+        new_id=lambda: "id",
+        rng=random.Random(1),
+    )
+
+
+@dataclass
+class FakeWorker:
+    """What readiness reads of a route worker."""
+
+    pause_reason: str | None
+
+
+def test_readiness_report_without_a_connection(tmp_path: Path) -> None:
+    """Not connected: 503 naming the broker, every route waiting for it."""
+    service = make_service(tmp_path, routes=("orders", "invoices"))
+    probe = service.readiness()
+    assert not probe.ok
+    assert probe.detail == "broker: not connected"
+    assert probe.report == {
+        "ready": False,
+        "broker": "not connected",
+        "routes": {"orders": "waiting for the broker", "invoices": "waiting for the broker"},
+    }
+
+
+def test_readiness_report_names_the_paused_route_and_why(tmp_path: Path) -> None:
+    """Connected with one route paused: the report says which and why, the other consumes."""
+    service = make_service(tmp_path, routes=("orders", "invoices"))
+    missing = 'exchange "orders" does not exist; create it'
+    service._connected = True
+    service._workers = {
+        "orders": (FakeWorker(pause_reason=missing), None),
+        "invoices": (FakeWorker(pause_reason=None), None),
+    }
+    probe = service.readiness()
+    assert not probe.ok
+    assert probe.detail == f"route orders: {missing}"
+    assert probe.report == {
+        "ready": False,
+        "broker": "connected",
+        "routes": {"orders": missing, "invoices": "consuming"},
+    }
+    service._workers["orders"] = (FakeWorker(pause_reason=None), None)
+    probe = service.readiness()
+    assert probe.ok
+    assert probe.report is not None
+    assert probe.report["ready"] is True
+
+
+def test_readiness_counts_a_route_without_a_worker_as_down(tmp_path: Path) -> None:
+    """A route of the map that has no worker yet is not consuming, even when connected."""
+    service = make_service(tmp_path, routes=("orders",))
+    service._connected = True
+    probe = service.readiness()
+    assert not probe.ok
+    assert probe.report == {"ready": False, "broker": "connected", "routes": {"orders": "starting"}}
+
+
+@pytest.mark.timeout(30)
+async def test_healthz_goes_503_while_the_event_loop_is_stuck(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A blocked event loop fails /healthz from the HTTP thread, and recovers when it runs.
+
+    The real wiring: the service's tick task, its liveness probe and the HTTP thread.
+    The thresholds are shortened so the test blocks the loop for a second, not a minute.
+    """
+    monkeypatch.setattr(service_module, "TICK_S", 0.05)
+    monkeypatch.setattr(service_module, "LIVENESS_STALE_S", 0.5)
+    service = make_service(tmp_path)
+    task = asyncio.create_task(service.run(), name="service-under-test")
+    try:
+        for _ in range(100):
+            await asyncio.sleep(0.05)
+            if service._health._port is not None:
+                break
+        port = service.http_port
+        alive = await asyncio.to_thread(fetch, port, "/healthz")
+        assert alive.status == 200, alive
+
+        seen: list[Response] = []
+
+        def probe_while_stuck() -> None:
+            time.sleep(1.0)
+            seen.append(fetch(port, "/healthz"))
+
+        prober = threading.Thread(target=probe_while_stuck)
+        prober.start()
+        time.sleep(1.5)  # noqa: ASYNC251 - blocking the loop is the point
+        prober.join()
+        assert seen[0].status == 503, seen
+        assert "event loop has not run" in seen[0].body
+
+        await asyncio.sleep(0.3)  # the loop runs again: a tick stamps it alive
+        again = await asyncio.to_thread(fetch, port, "/healthz")
+        assert again.status == 200, again
+    finally:
+        service.request_stop()
+        async with asyncio.timeout(15):
+            assert await task == 0
+
+
+def test_healthz_stays_200_while_stopping(tmp_path: Path) -> None:
+    """Draining after SIGTERM ends the ticks; that is a planned exit, not a dead loop."""
+    service = make_service(tmp_path)
+    service._last_tick -= 10 * service_module.LIVENESS_STALE_S
+    assert not service.liveness().ok
+    service.request_stop()
+    assert service.liveness().ok
