@@ -1,0 +1,83 @@
+"""The route map's part of the chart's values.schema.json, derived from sidecar.routes.
+
+``route_map_json_schema()`` is the one schema of the route map (STYLE.md); the chart embeds
+a copy under ``properties.routeMap`` so that ``helm install`` refuses a bad route map.
+``test_schema.py`` fails when the copy and the source drift apart; to refresh the copy:
+
+    .venv/bin/python -m tests.deploy.chart_schema
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+from sidecar.routes import route_map_json_schema
+
+CHART = Path(__file__).resolve().parents[2] / "helm" / "acemq-sidecar"
+VALUES_SCHEMA = CHART / "values.schema.json"
+
+_POINTER = "#/properties/routeMap/$defs/"
+
+# pydantic writes the bounds of some fields as its own keywords (ge, le, gt), which JSON
+# Schema validators ignore; the embedded copy spells them as JSON Schema does.
+_BOUNDS = {
+    "ge": "minimum",
+    "le": "maximum",
+    "gt": "exclusiveMinimum",
+    "lt": "exclusiveMaximum",
+}
+
+
+def _rewrite(node: Any) -> Any:
+    if isinstance(node, dict):
+        rewritten: dict[str, Any] = {}
+        for key, value in node.items():
+            if key in ("title", "default", "description"):
+                continue  # documentation lives in values.yaml; defaults are the sidecar's
+            if key == "$ref" and isinstance(value, str):
+                rewritten[key] = value.replace("#/$defs/", _POINTER)
+            elif key in ("properties", "$defs"):
+                # Names, not keywords: keep every one.
+                rewritten[key] = {name: _rewrite(item) for name, item in value.items()}
+            else:
+                rewritten[_BOUNDS.get(key, key)] = _rewrite(value)
+        return rewritten
+    if isinstance(node, list):
+        return [_rewrite(item) for item in node]
+    return node
+
+
+def chart_route_map_schema(source: dict[str, Any]) -> dict[str, Any]:
+    """Return the schema of ``routeMap`` in the chart's values, from the route map's schema.
+
+    The chart owns broker.url (always ``${AMQP_URL}``, from a Secret) and broker.tls (the
+    mounted files), so values may not set them; and a route map needs a route.
+    """
+    schema = copy.deepcopy(source)
+    broker = schema["$defs"]["_BrokerFile"]
+    del broker["properties"]["url"]
+    del broker["properties"]["tls"]
+    del schema["$defs"]["_TlsFile"]
+    schema["properties"]["routes"]["minItems"] = 1
+    return _rewrite(schema)
+
+
+def embedded_route_map_schema() -> dict[str, Any]:
+    """Return the copy in the chart's values.schema.json."""
+    values_schema = json.loads(VALUES_SCHEMA.read_text(encoding="utf-8"))
+    embedded: dict[str, Any] = values_schema["properties"]["routeMap"]
+    return embedded
+
+
+def main() -> None:
+    """Rewrite the routeMap part of values.schema.json from sidecar.routes."""
+    values_schema = json.loads(VALUES_SCHEMA.read_text(encoding="utf-8"))
+    values_schema["properties"]["routeMap"] = chart_route_map_schema(route_map_json_schema())
+    VALUES_SCHEMA.write_text(json.dumps(values_schema, indent=2) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()

