@@ -1,9 +1,15 @@
-"""The adapter: the only module that imports aiormq and pamqp.
+"""The adapter: the sidecar's AMQP 0-9-1 client, and the only module that imports pamqp.
 
-It owns three things: routing pamqp's field-table, short-string and timestamp codecs
-through ``sidecar.wire`` (so every header keeps its wire type), turning the client's
-objects into our frozen ``Delivery`` and back, and translating the client's exceptions
-into ours at this edge. Everything else in the sidecar sees only our types.
+A lean client on an asyncio protocol, built for one job: consume, publish with confirms,
+ack. The frames every message crosses are read and written by :mod:`sidecar.frames` (our
+own codec, no object per frame, header tables through :mod:`sidecar.wire` so every header
+keeps its wire type); the rare ones (handshake, channel, queue and exchange methods) go
+through pamqp. Writes made in one turn of the event loop leave in one ``write`` call, and
+the broker's confirms settle publishes by delivery tag, ``multiple`` included.
+
+It translates everything that can go wrong into our exceptions at this edge:
+``ConnectionError`` to connect, :class:`ChannelLostError` and :class:`MissingEntityError`
+afterwards. It never logs a URL: the caller holds the masked one.
 """
 
 from __future__ import annotations
@@ -11,26 +17,50 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import logging
 from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, cast
+from urllib.parse import unquote, urlsplit
 
-import aiormq
-import aiormq.abc
-import aiormq.exceptions
 from pamqp import commands as spec
-from pamqp import common as pamqp_common
 from pamqp import decode as pamqp_decode
 from pamqp import encode as pamqp_encode
+from pamqp import frame as pamqp_frame
 
+from sidecar import __version__
 from sidecar.errors import SidecarError, WireError
-from sidecar.waits import first_of
+from sidecar.frames import (
+    BASIC_ACK,
+    BASIC_CANCEL,
+    BASIC_DELIVER,
+    BASIC_NACK,
+    BASIC_RETURN,
+    FRAME_BODY,
+    FRAME_END,
+    FRAME_HEADER,
+    FRAME_HEARTBEAT,
+    FRAME_METHOD,
+    HEADER,
+    HEARTBEAT,
+    METHOD,
+    BasicDeliver,
+    BasicReturn,
+    ContentHeader,
+    UndecodableTable,
+    ack_frame,
+    parse_confirm,
+    parse_content_header,
+    parse_deliver,
+    parse_return,
+    publish_frames,
+)
 from sidecar.wire import Timestamp, decode_table, encode_table_for_pamqp
 
 if TYPE_CHECKING:
     import ssl
-    from collections.abc import Awaitable, Callable, Mapping
+    from collections.abc import Callable, Coroutine, Mapping
 
     from sidecar.contract import PropertyValue
     from sidecar.wire import FieldTable, FieldValue
@@ -42,29 +72,25 @@ __all__ = [
     "Delivery",
     "MissingEntityError",
     "PublishOutcome",
-    "build_properties",
+    "UndecodableTable",
     "connect",
     "install_codec",
 ]
 
-# pamqp name -> contract (vector-format) name, in pamqp's wire order.
-_PROPERTY_NAMES: Final = (
-    ("content_type", "content_type"),
-    ("content_encoding", "content_encoding"),
-    ("delivery_mode", "delivery_mode"),
-    ("priority", "priority"),
-    ("correlation_id", "correlation_id"),
-    ("reply_to", "reply_to"),
-    ("expiration", "expiration"),
-    ("message_id", "message_id"),
-    ("timestamp", "timestamp"),
-    ("message_type", "type"),
-    ("user_id", "user_id"),
-    ("app_id", "app_id"),
-    ("cluster_id", "cluster_id"),
-)
+log = logging.getLogger(__name__)
+
 _SHORTSTR_MAX = 255
 CLOSE_TIMEOUT_S = 5.0  # cancel and close wait this long for the broker, no longer
+_PROTOCOL_HEADER: Final = b"AMQP\x00\x00\x09\x01"
+_FRAME_MAX: Final = 131_072  # what we ask for; the broker may lower it
+_NOT_FOUND: Final = 404
+_CAPABILITIES: Final = {
+    "publisher_confirms": True,
+    "basic.nack": True,
+    "consumer_cancel_notify": True,  # a deleted queue cancels our consumer, not silence
+    "connection.blocked": True,
+    "authentication_failure_close": True,  # a wrong password is a reason, not a reset
+}
 
 
 class SidecarChannelError(SidecarError):
@@ -86,25 +112,20 @@ class MissingEntityError(SidecarChannelError):
         )
 
 
-# --- the codec hook ----------------------------------------------------------------------
+class _ChannelClosedError(ChannelLostError):
+    """The broker closed the channel, with its reply code and text."""
+
+    def __init__(self, code: int, text: str) -> None:
+        self.code = code
+        self.text = text
+        super().__init__(f"channel closed by the broker: {code} {text}")
 
 
-@dataclass(frozen=True, slots=True)
-class UndecodableTable:
-    """A header table our codec refused: kept as raw bytes so nothing is lost."""
-
-    raw: bytes
-    error: str
+# --- pamqp's codec, for the frames that go through it ------------------------------------
 
 
-def _decode_table_hook(data: bytes) -> tuple[int, FieldTable | UndecodableTable]:
-    try:
-        table, end = decode_table(data)
-    except WireError as e:
-        # pamqp would kill the connection (and redeliver the message forever); keep
-        # the bytes instead and let the relay quarantine the message with the reason.
-        length = int.from_bytes(data[:4], "big") + 4 if len(data) >= 4 else len(data)
-        return min(length, len(data)), UndecodableTable(bytes(data[:length]), str(e))
+def _decode_table_hook(data: bytes) -> tuple[int, FieldTable]:
+    table, end = decode_table(data)
     return end, table
 
 
@@ -115,7 +136,6 @@ def _encode_table_hook(value: object) -> bytes:
 
 
 def _decode_shortstr_hook(data: bytes) -> tuple[int, str]:
-    # surrogateescape: a property that is not UTF-8 survives to the republish byte for byte.
     if not data:
         raise ValueError("Could not unpack short string: no data")
     length = data[0]
@@ -156,7 +176,9 @@ _HOOKS: Final = {
 def install_codec() -> None:
     """Route pamqp's table, short-string and timestamp codecs through ours (idempotent).
 
-    Both of pamqp's dispatchers look these up at call time in ``pamqp.decode.METHODS`` and
+    The client's own hot frames never touch pamqp; this serves its handshake and control
+    frames, and any other pamqp user in the process (the tests' aiormq publisher). Both of
+    pamqp's dispatchers look these up at call time in ``pamqp.decode.METHODS`` and
     ``pamqp.encode.METHODS``; if an upgrade moves them, fail loudly rather than silently
     lose wire types.
     """
@@ -171,7 +193,7 @@ def install_codec() -> None:
         encoders[name] = encoder
 
 
-# --- deliveries and properties ---------------------------------------------------------
+# --- deliveries ----------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -188,48 +210,18 @@ class Delivery:
     undecodable: UndecodableTable | None = None
 
 
-def _delivery_from(message: aiormq.abc.DeliveredMessage) -> Delivery:
-    frame = message.delivery
-    pamqp_properties = message.header.properties
-    properties: dict[str, PropertyValue] = {}
-    for attribute, name in _PROPERTY_NAMES:
-        value = getattr(pamqp_properties, attribute)
-        if value is not None:
-            properties[name] = int(value) if isinstance(value, Timestamp) else value
-    raw_headers: object = pamqp_properties.headers
-    undecodable = raw_headers if isinstance(raw_headers, UndecodableTable) else None
-    headers = raw_headers if isinstance(raw_headers, dict) else {}
+def _delivery(method: BasicDeliver, header: ContentHeader, body: bytes) -> Delivery:
+    raw = header.headers
     return Delivery(
-        delivery_tag=int(getattr(frame, "delivery_tag", 0) or 0),
-        exchange=str(getattr(frame, "exchange", "") or ""),
-        routing_key=str(getattr(frame, "routing_key", "") or ""),
-        redelivered=bool(getattr(frame, "redelivered", False)),
-        properties=MappingProxyType(properties),
-        headers=MappingProxyType(headers),
-        body=bytes(message.body),
-        undecodable=undecodable,
+        delivery_tag=method.delivery_tag,
+        exchange=method.exchange,
+        routing_key=method.routing_key,
+        redelivered=method.redelivered,
+        properties=MappingProxyType(header.properties),
+        headers=MappingProxyType(raw if isinstance(raw, dict) else {}),
+        body=body,
+        undecodable=raw if isinstance(raw, UndecodableTable) else None,
     )
-
-
-def build_properties(
-    properties: Mapping[str, PropertyValue],
-    headers: Mapping[str, FieldValue] | UndecodableTable | None,
-) -> spec.Basic.Properties:
-    """Build pamqp properties from ours without pamqp's validation.
-
-    pamqp's constructor refuses a non-empty ``cluster_id`` and unusual delivery modes,
-    which the broker accepts and the contract passes through unchanged.
-    """
-    result = spec.Basic.Properties()
-    for attribute, name in _PROPERTY_NAMES:
-        value = properties.get(name)
-        if value is not None:
-            setattr(result, attribute, value)
-    result.headers = cast("pamqp_common.FieldTable", headers or None)
-    return result
-
-
-# --- connection and channels -----------------------------------------------------------
 
 
 class PublishOutcome(StrEnum):
@@ -240,68 +232,101 @@ class PublishOutcome(StrEnum):
     NACKED = "nacked"
 
 
+@dataclass(slots=True)
+class _Publish:
+    """A publish waiting for its confirm; what a return is matched against."""
+
+    future: asyncio.Future[PublishOutcome]
+    exchange: str
+    routing_key: str
+    message_id: object
+    body: bytes
+    returned: bool = False
+
+
+@dataclass(slots=True)
+class _Content:
+    """A delivery or return whose header and body frames are still arriving."""
+
+    method: BasicDeliver | BasicReturn
+    header: ContentHeader | None = None
+    parts: list[bytes] | None = None
+    received: int = 0
+
+
+# --- channels ------------------------------------------------------------------------------
+
+
 class Channel:
-    """One AMQP channel with publisher confirms: consume, publish mandatory, ack."""
+    """One AMQP channel in confirm mode: consume, publish mandatory, ack."""
 
-    def __init__(self, channel: aiormq.abc.AbstractChannel) -> None:
-        self._channel = channel
-        # aiormq matches a returned message to its publish by message_id; two publishes
-        # in flight with one message_id would be confused, so the second waits.
-        self._publishing: dict[str, asyncio.Future[Any]] = {}
-        # Set when the broker cancels our consumer (its queue was deleted): the channel
-        # stays open but nothing will arrive, so the route must treat it as lost.
-        self._cancelled_by_broker = asyncio.Event()
+    def __init__(self, link: _Link, number: int) -> None:
+        self._link = link
+        self.number = number
+        self._loop = link.loop
+        self._rpc: asyncio.Future[Any] | None = None
+        self._closing_rpc: asyncio.Future[None] | None = None
+        self._closed = asyncio.Event()
+        self._ended = asyncio.Event()  # closed, or the broker cancelled our consumer
+        self._close_reason = "channel closed"
         self._retired = False
-        channel.on_consumer_cancel_callbacks.add(self._on_broker_cancel)
-
-    def _on_broker_cancel(self, _frame: object) -> None:
-        self._cancelled_by_broker.set()
+        self._next_tag = 0
+        self._unconfirmed: dict[int, _Publish] = {}
+        self._content: _Content | None = None
+        self._callback: Callable[[Delivery], Coroutine[Any, Any, None]] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
 
     @property
     def is_open(self) -> bool:
         """Whether the channel can still ack and publish (not once we began to close it)."""
-        return not self._retired and not self._channel.is_closed
+        return not self._retired and not self._closed.is_set()
 
     async def wait_closed(self) -> str:
         """Return why, once the channel closes or the broker cancels its consumer."""
-        await first_of(asyncio.shield(self._channel.closing), self._cancelled_by_broker.wait())
-        if self._cancelled_by_broker.is_set():
-            return "the broker cancelled the consumer (was the queue deleted?)"
-        closing = self._channel.closing
-        reason = closing.exception() if closing.done() and not closing.cancelled() else None
-        return f"channel closed by the broker: {reason}" if reason else "channel closed"
+        await self._ended.wait()
+        return self._close_reason
+
+    # --- requests ---
+
+    async def rpc(self, method: Any, *, timeout_s: float | None = None) -> Any:  # noqa: ANN401
+        """Send a synchronous method and return the broker's reply frame."""
+        if self._closed.is_set():
+            raise ChannelLostError(self._close_reason)
+        while self._rpc is not None:  # one synchronous method at a time per channel
+            await asyncio.wait([self._rpc])
+        self._rpc = reply = self._loop.create_future()
+        try:
+            self._link.write(pamqp_frame.marshal(method, self.number))
+            async with asyncio.timeout(timeout_s):
+                return await reply
+        finally:
+            self._rpc = None
 
     async def consume(
-        self, queue: str, callback: Callable[[Delivery], Awaitable[None]], *, consumer_tag: str
+        self,
+        queue: str,
+        callback: Callable[[Delivery], Coroutine[Any, Any, None]],
+        *,
+        consumer_tag: str,
     ) -> None:
         """Start consuming ``queue``; ``callback`` runs as its own task per delivery."""
-
-        async def on_message(message: aiormq.abc.DeliveredMessage) -> None:
-            await callback(_delivery_from(message))
-
+        self._callback = callback
         try:
-            await self._channel.basic_consume(queue, on_message, consumer_tag=consumer_tag)
-        except aiormq.exceptions.ChannelNotFoundEntity as e:
-            raise MissingEntityError(kind="queue", name=queue) from e
-        except (aiormq.exceptions.AMQPError, ConnectionError, RuntimeError) as e:
-            # RuntimeError: aiormq's ChannelInvalidStateError, the channel closed meanwhile
-            raise ChannelLostError(f"cannot consume {queue!r}: {e!r}") from e
+            await self.rpc(spec.Basic.Consume(queue=queue, consumer_tag=consumer_tag))
+        except _ChannelClosedError as e:
+            if e.code == _NOT_FOUND:
+                raise MissingEntityError(kind="queue", name=queue) from e
+            raise
 
     async def cancel(self, consumer_tag: str) -> None:
         """Stop deliveries to a consumer; in-flight ones stay ours to settle.
 
-        Sent without waiting for the broker (nowait) but, unlike aiormq's own nowait
-        cancel, keeping the callback: deliveries already on the wire are still settled
-        rather than dropped and redelivered. Bounded, and never cancelled midway (a
-        cancelled rpc closes the channel before the in-flight acks).
+        Sent without waiting for the broker (nowait), keeping the callback: deliveries
+        already on the wire are still settled rather than dropped and redelivered.
         """
-        frame = spec.Basic.Cancel(consumer_tag=consumer_tag, nowait=True)
-        sending = asyncio.create_task(self._send(frame), name=f"cancel:{consumer_tag}")
-        await asyncio.wait([sending], timeout=CLOSE_TIMEOUT_S)
-
-    async def _send(self, frame: spec.Basic.Cancel) -> None:
-        with contextlib.suppress(aiormq.exceptions.AMQPError, ConnectionError, RuntimeError):
-            await cast("aiormq.Channel", self._channel).rpc(frame)  # nowait: returns once sent
+        if not self._closed.is_set():
+            frame = spec.Basic.Cancel(consumer_tag=consumer_tag, nowait=True)
+            self._link.write(pamqp_frame.marshal(frame, self.number))
 
     async def publish(
         self,
@@ -309,7 +334,8 @@ class Channel:
         *,
         exchange: str,
         routing_key: str,
-        properties: spec.Basic.Properties,
+        properties: Mapping[str, PropertyValue],
+        headers: Mapping[str, FieldValue] | UndecodableTable | None,
         slow_after_s: float,
         on_slow: Callable[[], None],
     ) -> PublishOutcome:
@@ -318,131 +344,450 @@ class Channel:
         There is no give-up timeout: a publish already sent may still be confirmed, so
         sending it again would duplicate it. After ``slow_after_s`` ``on_slow`` is called
         once, and the wait goes on until the confirm, a nack, a return or the channel's end.
+        Raises :class:`WireError` before sending anything when the wire cannot carry it.
         """
-        message_id = str(properties.message_id or "")
-        while (earlier := self._publishing.get(message_id)) is not None:
-            await asyncio.wait([earlier])
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[None] | None = None
-        if message_id:
-            done = loop.create_future()
-            self._publishing[message_id] = done
-        # A timer, not a task around the publish: aiormq maps a channel close to its reason
-        # only in the task it cancels, and a timer costs far less per message.
-        slow = loop.call_later(slow_after_s, on_slow)
+        data = publish_frames(
+            self.number,
+            exchange=exchange,
+            routing_key=routing_key,
+            body=body,
+            properties=properties,
+            headers=headers,
+            frame_max=self._link.frame_max,
+        )
+        if not self.is_open:
+            raise ChannelLostError(self._close_reason)
+        self._next_tag += 1
+        future: asyncio.Future[PublishOutcome] = self._loop.create_future()
+        self._unconfirmed[self._next_tag] = _Publish(
+            future, exchange, routing_key, properties.get("message_id"), body
+        )
+        self._link.write(data)
+        slow = self._loop.call_later(slow_after_s, on_slow)
         try:
-            await self._channel.basic_publish(
-                body,
-                exchange=exchange,
-                routing_key=routing_key,
-                properties=properties,
-                mandatory=True,
-            )
-        except aiormq.exceptions.PublishError:  # a return; subclass of DeliveryError
-            return PublishOutcome.RETURNED
-        except aiormq.exceptions.DeliveryError:
-            return PublishOutcome.NACKED
-        except aiormq.exceptions.ChannelNotFoundEntity as e:
-            raise MissingEntityError(kind="exchange", name=exchange) from e
-        except (
-            aiormq.exceptions.AMQPError,
-            aiormq.exceptions.ChannelInvalidStateError,
-            ConnectionError,
-        ) as e:
-            raise ChannelLostError(f"publish to {exchange!r} failed: {e!r}") from e
+            return await future
         finally:
             slow.cancel()
-            if done is not None:
-                if self._publishing.get(message_id) is done:
-                    del self._publishing[message_id]
-                done.set_result(None)
-        return PublishOutcome.CONFIRMED
 
     async def ack(self, delivery_tag: int) -> bool:
         """Ack one delivery; False when the channel is gone (the broker will redeliver)."""
-        if self._retired:  # a closing channel: the broker would discard the ack
+        if not self.is_open:  # a closing channel: the broker would discard the ack
             return False
-        try:
-            await self._channel.basic_ack(delivery_tag)
-        except (aiormq.exceptions.AMQPError, RuntimeError, ConnectionError):
-            return False
+        self._link.write(ack_frame(self.number, delivery_tag))
         return True
 
     async def close(self) -> None:
         """Close the channel; unacked deliveries go back to their queues."""
         self._retired = True  # acks sent from here on would be discarded by the broker
-        with contextlib.suppress(Exception):
-            async with asyncio.timeout(CLOSE_TIMEOUT_S):
-                await self._channel.close()
+        if self._closed.is_set():
+            return
+        self._closing_rpc = done = self._loop.create_future()
+        frame = spec.Channel.Close(reply_code=200, reply_text="closing", class_id=0, method_id=0)
+        self._link.write(pamqp_frame.marshal(frame, self.number))
+        with contextlib.suppress(TimeoutError, ChannelLostError):
+            await asyncio.wait_for(asyncio.shield(done), CLOSE_TIMEOUT_S)
+        self._fail(ChannelLostError("channel closed by the sidecar"))
+
+    # --- frames from the broker ---
+
+    def on_method(self, method_id: int, payload: bytes) -> bool:
+        """Handle a hot-path method frame for this channel; False for any other method."""
+        if method_id == BASIC_DELIVER:
+            self._content = _Content(parse_deliver(payload))
+        elif method_id == BASIC_ACK:
+            self._confirm(*parse_confirm(payload), PublishOutcome.CONFIRMED)
+        elif method_id == BASIC_NACK:
+            self._confirm(*parse_confirm(payload), PublishOutcome.NACKED)
+        elif method_id == BASIC_RETURN:
+            self._content = _Content(parse_return(payload))
+        elif method_id == BASIC_CANCEL:
+            # The queue was deleted: the channel stays open (in-flight deliveries can still
+            # be settled) but nothing more will arrive, so the route must treat it as lost.
+            if not self._ended.is_set():
+                self._close_reason = "the broker cancelled the consumer (was the queue deleted?)"
+                self._ended.set()
+        else:
+            return False
+        return True
+
+    def on_control(self, frame: object) -> None:
+        """Handle any other method frame: channel close and flow, and replies to our rpcs."""
+        if isinstance(frame, spec.Channel.Close):
+            self._link.write(pamqp_frame.marshal(spec.Channel.CloseOk(), self.number))
+            self._fail(_ChannelClosedError(frame.reply_code or 0, frame.reply_text or ""))
+            self._link.forget(self.number)
+        elif isinstance(frame, spec.Channel.CloseOk):
+            if self._closing_rpc is not None and not self._closing_rpc.done():
+                self._closing_rpc.set_result(None)
+            self._link.forget(self.number)
+        elif isinstance(frame, spec.Channel.Flow):
+            self._link.write(pamqp_frame.marshal(spec.Channel.FlowOk(frame.active), self.number))
+        elif self._rpc is not None and not self._rpc.done():
+            self._rpc.set_result(frame)
+
+    def on_header(self, payload: bytes) -> None:
+        """Handle a content header frame: the properties of the pending delivery or return."""
+        content = self._content
+        if content is None or content.header is not None:
+            raise WireError(f"channel {self.number}: content header without a method")
+        content.header = header = parse_content_header(payload)
+        if header.body_size == 0:
+            self._complete(content, b"")
+        else:
+            content.parts = []
+
+    def on_body(self, payload: bytes) -> None:
+        """Handle a content body frame."""
+        content = self._content
+        if content is None or content.parts is None or content.header is None:
+            raise WireError(f"channel {self.number}: content body without a header")
+        content.parts.append(payload)
+        content.received += len(payload)
+        if content.received >= content.header.body_size:
+            parts = content.parts
+            self._complete(content, parts[0] if len(parts) == 1 else b"".join(parts))
+
+    def _complete(self, content: _Content, body: bytes) -> None:
+        self._content = None
+        header = content.header
+        assert header is not None  # noqa: S101 - set before any body
+        method = content.method
+        if isinstance(method, BasicReturn):
+            self._on_return(method, header, body)
+        elif self._callback is not None and not self._closed.is_set():
+            task = self._loop.create_task(self._callback(_delivery(method, header, body)))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    def _on_return(self, method: BasicReturn, header: ContentHeader, body: bytes) -> None:
+        # A return comes before the confirm of its publish; publishes route in order, so it
+        # is the oldest unconfirmed one with its exchange, routing key, message id and body.
+        message_id = header.properties.get("message_id")
+        for publish in self._unconfirmed.values():
+            if (
+                not publish.returned
+                and publish.routing_key == method.routing_key
+                and publish.exchange == method.exchange
+                and publish.message_id == message_id
+                and publish.body == body
+            ):
+                publish.returned = True
+                return
+        log.warning("channel %d: a returned message matched no publish", self.number)
+
+    def _confirm(self, tag: int, multiple: bool, outcome: PublishOutcome) -> None:  # noqa: FBT001
+        unconfirmed = self._unconfirmed
+        if multiple:
+            tags = [t for t in unconfirmed if t <= tag]
+        else:
+            tags = [tag] if tag in unconfirmed else []
+        for t in tags:
+            publish = unconfirmed.pop(t)
+            if not publish.future.done():
+                returned = publish.returned and outcome is PublishOutcome.CONFIRMED
+                publish.future.set_result(PublishOutcome.RETURNED if returned else outcome)
+
+    def _fail(self, error: ChannelLostError) -> None:
+        """End the channel: every waiter learns why; unconfirmed publishes fail."""
+        if self._closed.is_set():
+            return
+        if not self._ended.is_set():
+            self._close_reason = str(error)
+        self._closed.set()
+        self._ended.set()
+        if self._rpc is not None and not self._rpc.done():
+            self._rpc.set_exception(error)
+        for publish in self._unconfirmed.values():
+            if publish.future.done():
+                continue
+            publish.future.set_exception(_publish_error(error, publish.exchange))
+        self._unconfirmed.clear()
+        if self._closing_rpc is not None and not self._closing_rpc.done():
+            self._closing_rpc.set_result(None)
+
+
+def _publish_error(error: ChannelLostError, exchange: str) -> ChannelLostError:
+    """Return the error a publish sees when its channel ends; a missing exchange names itself."""
+    if (
+        isinstance(error, _ChannelClosedError)
+        and error.code == _NOT_FOUND
+        and f"exchange '{exchange}'" in error.text
+    ):
+        missing = MissingEntityError(kind="exchange", name=exchange)
+        missing.__cause__ = error
+        return cast("ChannelLostError", missing)
+    return error
+
+
+# --- the connection ------------------------------------------------------------------------
+
+
+class _Link(asyncio.Protocol):
+    """The socket: frames in, batched writes out, heartbeats, and who is waiting on what."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.frame_max = _FRAME_MAX
+        self.channels: dict[int, Channel] = {}
+        self.handshake: asyncio.Queue[object] = asyncio.Queue()
+        self.closed = asyncio.Event()
+        self.close_reason: BaseException | None = None
+        self.close_ok: asyncio.Future[None] = loop.create_future()
+        self._transport: asyncio.Transport | None = None
+        self._buffer = bytearray()
+        self._out: list[bytes] = []
+        self._last_read = loop.time()
+        self._last_write = loop.time()
+        self._heartbeat: asyncio.TimerHandle | None = None
+
+    # --- asyncio.Protocol ---
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast("asyncio.Transport", transport)
+        self._transport.write(_PROTOCOL_HEADER)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._end(exc or ConnectionError("the broker closed the connection"))
+
+    def data_received(self, data: bytes) -> None:
+        self._last_read = self.loop.time()
+        buffer = self._buffer
+        buffer += data
+        try:
+            read = self._read_frames(buffer)
+        except Exception as e:  # a frame we cannot read, or pamqp's refusal of one
+            log.exception("the broker sent a frame we cannot read; dropping the connection")
+            self.abort(ConnectionError(f"unreadable frame from the broker: {e}"))
+            return
+        del buffer[:read]
+
+    def _read_frames(self, buffer: bytearray) -> int:
+        """Handle every whole frame in ``buffer``; return how many bytes they took."""
+        at, size = 0, len(buffer)
+        while size - at >= 8:
+            kind, number, length = HEADER.unpack_from(buffer, at)
+            end = at + 7 + length
+            if end >= size:
+                break
+            if buffer[end] != FRAME_END:
+                raise WireError(f"frame on channel {number} lacks its frame-end octet")
+            payload = bytes(buffer[at + 7 : end])
+            if kind == FRAME_METHOD:
+                self._on_method(number, payload, bytes(buffer[at : end + 1]))
+            elif kind == FRAME_HEADER:
+                self._channel(number).on_header(payload)
+            elif kind == FRAME_BODY:
+                self._channel(number).on_body(payload)
+            elif kind != FRAME_HEARTBEAT:
+                raise WireError(f"unknown frame type {kind} on channel {number}")
+            at = end + 1
+        return at
+
+    def _on_method(self, number: int, payload: bytes, frame: bytes) -> None:
+        if number == 0:
+            self._on_connection_method(pamqp_frame.unmarshal(frame)[2])
+            return
+        channel = self._channel(number)
+        (method_id,) = METHOD.unpack_from(payload, 0)
+        if not channel.on_method(method_id, payload):
+            channel.on_control(pamqp_frame.unmarshal(frame)[2])
+
+    def _channel(self, number: int) -> Channel:
+        channel = self.channels.get(number)
+        if channel is None:
+            raise WireError(f"a frame for channel {number}, which is not open")
+        return channel
+
+    def _on_connection_method(self, frame: object) -> None:
+        if isinstance(frame, spec.Connection.Close):
+            self.write(pamqp_frame.marshal(spec.Connection.CloseOk(), 0))
+            self._flush()
+            reason = ConnectionError(
+                f"the broker closed the connection: {frame.reply_code} {frame.reply_text}"
+            )
+            self.abort(reason)
+        elif isinstance(frame, spec.Connection.CloseOk):
+            if not self.close_ok.done():
+                self.close_ok.set_result(None)
+        elif isinstance(frame, spec.Connection.Blocked):
+            log.warning("the broker blocks publishing: %s", frame.reason)
+        elif isinstance(frame, spec.Connection.Unblocked):
+            log.info("the broker unblocked publishing")
+        else:
+            self.handshake.put_nowait(frame)
+
+    # --- writing ---
+
+    def write(self, data: bytes) -> None:
+        """Queue bytes; everything queued in one turn of the loop leaves in one write."""
+        if not self._out:
+            self.loop.call_soon(self._flush)
+        self._out.append(data)
+
+    def _flush(self) -> None:
+        out, self._out = self._out, []
+        transport = self._transport
+        if out and transport is not None and not transport.is_closing():
+            transport.write(out[0] if len(out) == 1 else b"".join(out))
+            self._last_write = self.loop.time()
+
+    # --- life ---
+
+    def start_heartbeat(self, interval_s: int) -> None:
+        """Send a heartbeat when idle; drop the connection after two silent intervals."""
+        if interval_s <= 0:
+            return
+
+        def beat() -> None:
+            now = self.loop.time()
+            if now - self._last_read > 2 * interval_s:
+                self.abort(ConnectionError(f"no heartbeat from the broker in {2 * interval_s}s"))
+                return
+            if now - self._last_write >= interval_s / 2:
+                self.write(HEARTBEAT)
+            self._heartbeat = self.loop.call_later(interval_s / 2, beat)
+
+        self._heartbeat = self.loop.call_later(interval_s / 2, beat)
+
+    def forget(self, number: int) -> None:
+        """Free a channel number once the channel is closed on both sides."""
+        self.channels.pop(number, None)
+
+    def abort(self, reason: BaseException) -> None:
+        """Drop the connection now, with the reason every waiter will see."""
+        if self.close_reason is None:
+            self.close_reason = reason
+        if self._transport is not None:
+            self._transport.abort()
+        self._end(reason)
+
+    def _end(self, reason: BaseException) -> None:
+        if self.closed.is_set():
+            return
+        if self.close_reason is None:
+            self.close_reason = reason
+        self.closed.set()
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+        lost = ChannelLostError(f"the connection closed: {self.close_reason}")
+        for channel in list(self.channels.values()):
+            channel._fail(lost)  # noqa: SLF001 - the link owns its channels
+        self.channels.clear()
+        self.handshake.put_nowait(self.close_reason)
+        if not self.close_ok.done():
+            self.close_ok.set_result(None)
 
 
 class Connection:
     """One AMQP connection; channels come from here."""
 
-    def __init__(self, connection: aiormq.abc.AbstractConnection) -> None:
-        self._connection = connection
+    def __init__(self, link: _Link) -> None:
+        self._link = link
+        self._next_channel = 0
 
     @property
     def is_open(self) -> bool:
         """Whether the connection is still usable."""
-        return not self._connection.is_closed
+        return not self._link.closed.is_set()
 
     async def wait_closed(self) -> BaseException | None:
         """Return when the connection closes, with the reason when there is one."""
-        try:
-            await asyncio.shield(self._connection.closing)
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:  # noqa: BLE001 - the reason is the return value
-            return e
-        return None
+        await self._link.closed.wait()
+        return self._link.close_reason
 
     async def channel(self, *, prefetch: int) -> Channel:
         """Open a confirm-mode channel with the given prefetch (the in-flight bound)."""
+        channel = await self._open()
         try:
-            raw = await self._connection.channel(publisher_confirms=True, on_return_raises=True)
-            await raw.basic_qos(prefetch_count=prefetch)
-        except (aiormq.exceptions.AMQPError, ConnectionError, RuntimeError) as e:
-            raise ChannelLostError(f"cannot open a channel: {e!r}") from e
-        return Channel(raw)
+            await channel.rpc(spec.Confirm.Select())
+            await channel.rpc(spec.Basic.Qos(prefetch_count=prefetch))
+        except ChannelLostError:
+            await channel.close()
+            raise
+        return channel
+
+    async def _open(self) -> Channel:
+        if not self.is_open:
+            raise ChannelLostError(f"the connection closed: {self._link.close_reason}")
+        number = self._next_channel
+        while number == self._next_channel or number in self._link.channels:
+            number = number % 2047 + 1
+        self._next_channel = number
+        channel = self._link.channels[number] = Channel(self._link, number)
+        await channel.rpc(spec.Channel.Open())
+        return channel
 
     async def check_queue(self, name: str) -> None:
         """Passively check that a queue exists; raise MissingEntityError if not."""
-        await self._check(lambda ch: ch.queue_declare(name, passive=True), "queue", name)
+        await self._check(spec.Queue.Declare(queue=name, passive=True), "queue", name)
 
     async def check_exchange(self, name: str) -> None:
         """Passively check that an exchange exists (the default exchange always does)."""
         if name == "":
             return
-        await self._check(lambda ch: ch.exchange_declare(name, passive=True), "exchange", name)
+        await self._check(spec.Exchange.Declare(exchange=name, passive=True), "exchange", name)
 
-    async def _check(
-        self,
-        declare: Callable[[aiormq.abc.AbstractChannel], Awaitable[object]],
-        kind: str,
-        name: str,
-    ) -> None:
+    async def _check(self, method: object, kind: str, name: str) -> None:
         # A failed passive declare closes its channel, so each check gets a scratch one.
+        channel = await self._open()
         try:
-            channel = await self._connection.channel()
-        except (aiormq.exceptions.AMQPError, ConnectionError, RuntimeError) as e:
-            raise ChannelLostError(f"cannot open a channel: {e!r}") from e
-        try:
-            await declare(channel)
-        except aiormq.exceptions.ChannelNotFoundEntity as e:
-            raise MissingEntityError(kind=kind, name=name) from e
-        except (aiormq.exceptions.AMQPError, ConnectionError, RuntimeError) as e:
-            raise ChannelLostError(f"checking {kind} {name!r} failed: {e!r}") from e
+            await channel.rpc(method)
+        except _ChannelClosedError as e:
+            if e.code == _NOT_FOUND:
+                raise MissingEntityError(kind=kind, name=name) from e
+            raise ChannelLostError(f"checking {kind} {name!r} failed: {e}") from e
         finally:
-            if not channel.is_closed:
-                with contextlib.suppress(Exception):
-                    await channel.close()
+            await channel.close()
 
     async def close(self) -> None:
         """Close the connection, waiting at most a few seconds for the broker."""
-        with contextlib.suppress(Exception):
-            async with asyncio.timeout(CLOSE_TIMEOUT_S):
-                await self._connection.close()
+        link = self._link
+        if not link.closed.is_set():
+            link.write(
+                pamqp_frame.marshal(
+                    spec.Connection.Close(
+                        reply_code=200, reply_text="closing", class_id=0, method_id=0
+                    ),
+                    0,
+                )
+            )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(link.close_ok), CLOSE_TIMEOUT_S)
+        link.abort(ConnectionError("closed by the sidecar"))
+
+
+@dataclass(frozen=True, slots=True)
+class _Address:
+    host: str
+    port: int
+    user: str
+    password: str
+    vhost: str
+    tls: bool
+
+
+def _address(url: str) -> _Address:
+    parts = urlsplit(url)
+    tls = parts.scheme == "amqps"
+    vhost = unquote(parts.path[1:]) if len(parts.path) > 1 else "/"
+    return _Address(
+        host=parts.hostname or "localhost",
+        port=parts.port or (5671 if tls else 5672),
+        user=unquote(parts.username or "guest"),
+        password=unquote(parts.password or "guest"),
+        vhost=vhost,
+        tls=tls,
+    )
+
+
+async def _next(link: _Link, expected: type) -> Any:  # noqa: ANN401
+    """Return the next handshake frame, which must be of the expected type."""
+    frame = await link.handshake.get()
+    if isinstance(frame, BaseException):
+        raise frame
+    if not isinstance(frame, expected):
+        raise ConnectionError(f"the broker sent {type(frame).__name__} during the handshake")
+    return frame
 
 
 async def connect(
@@ -453,17 +798,62 @@ async def connect(
     ssl_context: ssl.SSLContext | None = None,
     name: str = "acemq-sidecar",
 ) -> Connection:
-    """Open a connection; raise ConnectionError with the reason when the broker refuses."""
+    """Open a connection; raise ConnectionError with the reason when the broker refuses.
+
+    The reason never holds the URL or the password.
+    """
     install_codec()
-    separator = "&" if "?" in url else "?"
-    full_url = f"{url}{separator}heartbeat={heartbeat_s}"
+    address = _address(url)
+    loop = asyncio.get_running_loop()
+    link = _Link(loop)
+    context: ssl.SSLContext | bool | None = ssl_context or (True if address.tls else None)
     try:
         async with asyncio.timeout(connect_timeout_s):
-            raw = await aiormq.connect(
-                full_url,
-                context=ssl_context,
-                client_properties={"connection_name": name},
+            await loop.create_connection(
+                lambda: link,
+                address.host,
+                address.port,
+                ssl=context,
+                server_hostname=address.host if context else None,
             )
-    except (aiormq.exceptions.AMQPError, OSError, TimeoutError) as e:
+            await _next(link, spec.Connection.Start)
+            properties: dict[str, object] = {
+                "connection_name": name,
+                "product": "acemq-sidecar",
+                "version": __version__,
+                "capabilities": _CAPABILITIES,
+            }
+            link.write(
+                pamqp_frame.marshal(
+                    spec.Connection.StartOk(
+                        client_properties=cast("Any", properties),
+                        mechanism="PLAIN",
+                        response=f"\0{address.user}\0{address.password}",
+                    ),
+                    0,
+                )
+            )
+            tune = await _next(link, spec.Connection.Tune)
+            link.frame_max = min(tune.frame_max or _FRAME_MAX, _FRAME_MAX)
+            heartbeat = (
+                min(h for h in (tune.heartbeat, heartbeat_s) if h)
+                if (tune.heartbeat or heartbeat_s)
+                else 0
+            )
+            link.write(
+                pamqp_frame.marshal(
+                    spec.Connection.TuneOk(
+                        channel_max=tune.channel_max or 2047,
+                        frame_max=link.frame_max,
+                        heartbeat=heartbeat,
+                    ),
+                    0,
+                )
+            )
+            link.write(pamqp_frame.marshal(spec.Connection.Open(virtual_host=address.vhost), 0))
+            await _next(link, spec.Connection.OpenOk)
+    except (OSError, TimeoutError, ValueError) as e:  # ssl.SSLError is an OSError
+        link.abort(ConnectionError("connect failed"))
         raise ConnectionError(f"cannot connect to the broker: {e!r}") from e
-    return Connection(raw)
+    link.start_heartbeat(heartbeat)
+    return Connection(link)

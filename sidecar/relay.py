@@ -23,7 +23,6 @@ from sidecar.amqp import (
     Delivery,
     MissingEntityError,
     PublishOutcome,
-    build_properties,
 )
 from sidecar.contract import ORIGIN, Policy, Reject, Relay, move_user_id, normalise
 from sidecar.errors import WireError
@@ -545,7 +544,8 @@ class RouteWorker:
             delivery.body,
             exchange=exchange,
             routing_key=routing_key,
-            properties=build_properties(properties, headers),
+            properties=properties,
+            headers=headers,
             slow_after_s=CONFIRM_TIMEOUT_S,
             on_slow=lambda: hold.take(_slow_reason(exchange)),
         )

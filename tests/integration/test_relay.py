@@ -542,18 +542,17 @@ async def test_slow_confirm_is_reported_and_never_resent(
     broker: Broker, run_sidecar: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A confirm slower than the limit pauses the route on /readyz; the copy is sent once."""
-    import aiormq.channel  # noqa: PLC0415
-
     import sidecar.relay  # noqa: PLC0415
+    from sidecar.amqp import Channel  # noqa: PLC0415
 
-    real_on_confirm = aiormq.channel.Channel._on_confirm_frame
+    real_confirm = Channel._confirm
 
-    async def late_confirm(self: Any, frame: Any) -> None:
-        await asyncio.sleep(1.0)  # the broker under an alarm, as the sidecar sees it
-        await real_on_confirm(self, frame)
+    def late_confirm(self: Channel, *confirm: Any) -> None:
+        # the broker under an alarm, as the sidecar sees it
+        asyncio.get_running_loop().call_later(1.0, real_confirm, self, *confirm)
 
     monkeypatch.setattr(sidecar.relay, "CONFIRM_TIMEOUT_S", 0.2)
-    monkeypatch.setattr(aiormq.channel.Channel, "_on_confirm_frame", late_confirm)
+    monkeypatch.setattr(Channel, "_confirm", late_confirm)
     topo = await make_topology(broker)
     async with run_sidecar(one_route(broker, topo)) as running:
         await broker.publish(topo.staging, headers=envelope("slow-1"))
