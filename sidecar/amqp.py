@@ -272,6 +272,10 @@ class Channel:
         self._retired = False
         self._next_tag = 0
         self._unconfirmed: dict[int, _Publish] = {}
+        # Deliveries in the order they came, True once the relay acked them: a run of
+        # acked ones at the front leaves as one ``multiple`` ack.
+        self._unacked: dict[int, bool] = {}
+        self._acks_due = 0
         self._content: _Content | None = None
         self._callback: Callable[[Delivery], Coroutine[Any, Any, None]] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -370,14 +374,46 @@ class Channel:
             slow.cancel()
 
     async def ack(self, delivery_tag: int) -> bool:
-        """Ack one delivery; False when the channel is gone (the broker will redeliver)."""
+        """Ack one delivery; False when the channel is gone (the broker will redeliver).
+
+        Acks made in one turn of the event loop leave together at its end: the leading run
+        of acked deliveries as one ``multiple`` ack, any acked behind an unacked one singly.
+        """
         if not self.is_open:  # a closing channel: the broker would discard the ack
             return False
-        self._link.write(ack_frame(self.number, delivery_tag))
+        if self._unacked.get(delivery_tag) is False:
+            self._unacked[delivery_tag] = True
+            if not self._acks_due:
+                self._loop.call_soon(self._send_acks)
+            self._acks_due += 1
+        else:
+            self._link.write(ack_frame(self.number, delivery_tag))
         return True
+
+    def _send_acks(self) -> None:
+        unacked, due = self._unacked, self._acks_due
+        self._acks_due = 0
+        if not due or self._closed.is_set():
+            return
+        leading = 0
+        for acked in unacked.values():
+            if not acked:
+                break
+            leading += 1
+        if leading:
+            tags = iter(list(unacked)[:leading])
+            last = 0
+            for last in tags:
+                del unacked[last]
+            self._link.write(ack_frame(self.number, last, multiple=leading > 1))
+        if due > leading:  # acked behind one still in flight: singly, never twice
+            for tag in [t for t, acked in unacked.items() if acked]:
+                del unacked[tag]
+                self._link.write(ack_frame(self.number, tag))
 
     async def close(self) -> None:
         """Close the channel; unacked deliveries go back to their queues."""
+        self._send_acks()  # the acks already made leave before the close
         self._retired = True  # acks sent from here on would be discarded by the broker
         if self._closed.is_set():
             return
@@ -455,6 +491,7 @@ class Channel:
         if isinstance(method, BasicReturn):
             self._on_return(method, header, body)
         elif self._callback is not None and not self._closed.is_set():
+            self._unacked[method.delivery_tag] = False
             task = self._loop.create_task(self._callback(_delivery(method, header, body)))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)

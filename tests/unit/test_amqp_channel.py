@@ -1,0 +1,143 @@
+"""The client channel's bookkeeping, fed frames directly: acks, confirms and returns."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from typing import Any
+
+from pamqp import commands as spec
+from pamqp import frame as pamqp_frame
+from pamqp import header as pamqp_header
+
+from sidecar.amqp import Channel, Delivery, PublishOutcome, install_codec
+from sidecar.frames import HEADER, parse_confirm
+
+install_codec()
+
+
+class FakeLink:
+    """What a channel needs of its connection: a loop, a frame size and a write."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.frame_max = 131072
+        self.written: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        """Keep what the channel sends."""
+        self.written.append(data)
+
+    def forget(self, number: int) -> None:
+        """A closed channel frees its number."""
+
+    def acks(self) -> list[tuple[int, bool]]:
+        """The basic.ack frames written so far: (delivery tag, multiple)."""
+        out = []
+        for data in self.written:
+            kind, _, size = HEADER.unpack_from(data, 0)
+            payload = data[7 : 7 + size]
+            if kind == 1 and struct.unpack_from(">HH", payload) == (60, 80):
+                out.append(parse_confirm(payload))
+        return out
+
+
+def payload_of(method: Any) -> bytes:
+    data = pamqp_frame.marshal(method, 1)
+    return data[7:-1]
+
+
+def deliver(channel: Channel, tag: int, body: bytes = b"x") -> None:
+    method = spec.Basic.Deliver(
+        consumer_tag="c", delivery_tag=tag, exchange="", routing_key="staging"
+    )
+    assert channel.on_method(60 << 16 | 60, payload_of(method))
+    header = pamqp_header.ContentHeader(0, len(body), spec.Basic.Properties(message_id=f"m{tag}"))
+    channel.on_header(pamqp_frame.marshal(header, 1)[7:-1])
+    channel.on_body(body)
+
+
+async def consuming(link: FakeLink) -> tuple[Channel, list[Delivery]]:
+    channel = Channel(link, 1)  # type: ignore[arg-type]
+    got: list[Delivery] = []
+
+    async def collect(delivery: Delivery) -> None:
+        got.append(delivery)
+
+    consume = asyncio.create_task(channel.consume("staging", collect, consumer_tag="c"))
+    await asyncio.sleep(0)
+    channel.on_control(spec.Basic.ConsumeOk(consumer_tag="c"))
+    await consume
+    return channel, got
+
+
+async def test_acks_in_one_turn_leave_as_one_multiple_ack_and_stragglers_singly() -> None:
+    link = FakeLink()
+    channel, got = await consuming(link)
+    for tag in range(1, 6):
+        deliver(channel, tag)
+    await asyncio.sleep(0)
+    assert [d.delivery_tag for d in got] == [1, 2, 3, 4, 5]
+    for tag in (3, 1, 2, 5):  # 4 is still in flight
+        assert await channel.ack(tag)
+    await asyncio.sleep(0)
+    assert link.acks() == [(3, True), (5, False)]
+    assert await channel.ack(4)
+    await asyncio.sleep(0)
+    assert link.acks() == [(3, True), (5, False), (4, False)]
+
+
+async def test_a_lone_ack_is_not_multiple_and_close_sends_pending_acks_first() -> None:
+    link = FakeLink()
+    channel, _ = await consuming(link)
+    deliver(channel, 7)
+    deliver(channel, 8)
+    await asyncio.sleep(0)
+
+    async def ack_then_close() -> None:
+        assert await channel.ack(8)
+        await channel.close()  # in the same turn: the ack must still go first
+
+    closing = asyncio.create_task(ack_then_close())
+    await asyncio.sleep(0)
+    assert link.acks() == [(8, False)]
+    ack, close = (pamqp_frame.unmarshal(data)[2] for data in link.written[-2:])
+    assert isinstance(ack, spec.Basic.Ack)
+    assert isinstance(close, spec.Channel.Close)
+    channel.on_control(spec.Channel.CloseOk())
+    await closing
+    assert not await channel.ack(7)  # a closed channel: the broker redelivers it
+
+
+async def test_confirms_settle_by_tag_multiple_included_and_returns_by_match() -> None:
+    link = FakeLink()
+    channel = Channel(link, 1)  # type: ignore[arg-type]
+    publishes = [
+        asyncio.create_task(
+            channel.publish(
+                f"body-{i}".encode(),
+                exchange="ex",
+                routing_key="rk",
+                properties={"message_id": f"m{i}"},
+                headers=None,
+                slow_after_s=60,
+                on_slow=lambda: None,
+            )
+        )
+        for i in range(1, 5)
+    ]
+    await asyncio.sleep(0)
+    returned = spec.Basic.Return(312, "NO_ROUTE", exchange="ex", routing_key="rk")
+    assert channel.on_method(60 << 16 | 50, payload_of(returned))
+    header = pamqp_header.ContentHeader(0, 6, spec.Basic.Properties(message_id="m2"))
+    channel.on_header(pamqp_frame.marshal(header, 1)[7:-1])
+    channel.on_body(b"body-2")
+    channel.on_method(60 << 16 | 80, payload_of(spec.Basic.Ack(delivery_tag=3, multiple=True)))
+    channel.on_method(60 << 16 | 120, payload_of(spec.Basic.Nack(delivery_tag=4)))
+    outcomes = await asyncio.gather(*publishes)
+    assert outcomes == [
+        PublishOutcome.CONFIRMED,
+        PublishOutcome.RETURNED,
+        PublishOutcome.CONFIRMED,
+        PublishOutcome.NACKED,
+    ]
