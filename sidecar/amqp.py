@@ -208,6 +208,7 @@ class Delivery:
     headers: Mapping[str, FieldValue]
     body: bytes
     undecodable: UndecodableTable | None = None
+    content_header: bytes = b""  # as received: republished as it is when nothing changed
 
 
 def _delivery(method: BasicDeliver, header: ContentHeader, body: bytes) -> Delivery:
@@ -221,6 +222,7 @@ def _delivery(method: BasicDeliver, header: ContentHeader, body: bytes) -> Deliv
         headers=MappingProxyType(raw if isinstance(raw, dict) else {}),
         body=body,
         undecodable=raw if isinstance(raw, UndecodableTable) else None,
+        content_header=header.payload,
     )
 
 
@@ -342,8 +344,12 @@ class Channel:
         headers: Mapping[str, FieldValue] | UndecodableTable | None,
         slow_after_s: float,
         on_slow: Callable[[], None],
+        content_header: bytes | None = None,
     ) -> PublishOutcome:
         """Publish mandatory and wait for the broker's confirm; never a fire-and-forget.
+
+        ``content_header`` (a delivery's, for the same body) is sent instead of encoding
+        ``properties`` and ``headers``, which must then be what it holds.
 
         There is no give-up timeout: a publish already sent may still be confirmed, so
         sending it again would duplicate it. After ``slow_after_s`` ``on_slow`` is called
@@ -358,6 +364,7 @@ class Channel:
             properties=properties,
             headers=headers,
             frame_max=self._link.frame_max,
+            content_header=content_header,
         )
         if not self.is_open:
             raise ChannelLostError(self._close_reason)

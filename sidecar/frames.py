@@ -122,11 +122,12 @@ class BasicReturn:
 
 @dataclass(frozen=True, slots=True)
 class ContentHeader:
-    """A content header: the body's size, the properties and the header table."""
+    """A content header: the body's size, the properties, the header table, the bytes."""
 
     body_size: int
     properties: dict[str, PropertyValue]
     headers: FieldTable | UndecodableTable | None
+    payload: bytes
 
 
 # --- reading -------------------------------------------------------------------------------
@@ -199,7 +200,7 @@ def parse_content_header(payload: bytes) -> ContentHeader:
                 at += 8
     except (IndexError, struct.error) as e:
         raise WireError(f"content header is truncated: {e}") from None
-    return ContentHeader(body_size, properties, headers)
+    return ContentHeader(body_size, properties, headers, payload)
 
 
 def _read_table(payload: bytes, at: int) -> tuple[FieldTable | UndecodableTable, int]:
@@ -267,8 +268,13 @@ def publish_frames(
     headers: Mapping[str, FieldValue] | UndecodableTable | None,
     frame_max: int,
     mandatory: bool = True,
+    content_header: bytes | None = None,
 ) -> bytes:
     """Return the bytes of one ``basic.publish``: method, content header and body frames.
+
+    ``content_header``, a received content header's payload for this same body, is sent
+    as it is instead of encoding ``properties`` and ``headers``: a message nothing changed
+    in goes out byte for byte as it came.
 
     Raises :class:`WireError` (and writes nothing) for a value the wire cannot carry: a
     short string over 255 bytes, an out-of-range property, an unencodable header.
@@ -278,8 +284,11 @@ def publish_frames(
     _put_shortstr(routing_key, method, "routing key")
     method.append(b"\x01" if mandatory else b"\x00")
     method_payload = b"".join(method)
-    flags, props = _properties_payload(properties, headers)
-    header_payload = _CONTENT.pack(60, 0, len(body), flags) + b"".join(props)
+    if content_header is None:
+        flags, props = _properties_payload(properties, headers)
+        header_payload = _CONTENT.pack(60, 0, len(body), flags) + b"".join(props)
+    else:
+        header_payload = content_header
     if len(header_payload) > frame_max - 8:
         raise WireError(
             f"the message's properties take {len(header_payload)} bytes,"

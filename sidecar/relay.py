@@ -112,6 +112,18 @@ def quarantine_copy(
     return publishable_properties(delivery.properties, headers, login=login), headers
 
 
+def _same_table(ours: Mapping[str, FieldValue], theirs: Mapping[str, FieldValue]) -> bool:
+    """Return whether two tables would encode to the same bytes.
+
+    Same names in the same order, each value the very same object or a text or integer of
+    the same class and value (so a change of integer width is a change).
+    """
+    return len(ours) == len(theirs) and all(
+        a == b and (x is y or (type(x) is type(y) and isinstance(x, str | int) and x == y))
+        for (a, x), (b, y) in zip(ours.items(), theirs.items(), strict=True)
+    )
+
+
 def _origin(verdict: Verdict, delivery: Delivery) -> object:
     """Return the origin for a log line: the normalised one, else the one it arrived with."""
     headers = verdict.headers if isinstance(verdict, Relay) else delivery.headers
@@ -163,6 +175,9 @@ class _Copy:
     headers: dict[str, FieldValue]
     routing_key: str
     outcome: Outcome
+    # The delivery's own content header when the copy changes nothing in it: sent as it
+    # came, byte for byte, instead of encoding the same properties and headers again.
+    content_header: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -464,8 +479,13 @@ class RouteWorker:
                 f'the copy would go back into staging queue "{self.route.queue}" (default'
                 f' exchange, routing key "{routing_key}"); set to.routing_key to its target queue'
             )
+        unchanged = properties == delivery.properties and _same_table(headers, delivery.headers)
         return _Copy(
-            properties=properties, headers=headers, routing_key=routing_key, outcome=outcome
+            properties=properties,
+            headers=headers,
+            routing_key=routing_key,
+            outcome=outcome,
+            content_header=delivery.content_header if unchanged else None,
         )
 
     async def _carry_out(
@@ -510,6 +530,7 @@ class RouteWorker:
                 properties=copy.properties,
                 headers=copy.headers,
                 hold=hold,
+                content_header=copy.content_header,
             )
         except (WireError, ValueError, TypeError) as e:
             # The normalised copy cannot be written (a 300-byte id cannot be a message_id).
@@ -538,6 +559,7 @@ class RouteWorker:
         properties: dict[str, PropertyValue],
         headers: dict[str, FieldValue],
         hold: _Hold,
+        content_header: bytes | None = None,
     ) -> PublishOutcome:
         """Publish a copy of the delivery's body; a confirm slower than the limit holds it."""
         return await channel.publish(
@@ -548,6 +570,7 @@ class RouteWorker:
             headers=headers,
             slow_after_s=CONFIRM_TIMEOUT_S,
             on_slow=lambda: hold.take(_slow_reason(exchange)),
+            content_header=content_header,
         )
 
     def _progressed(self, channel: Channel) -> None:
