@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BrokerConfig",
     "HttpConfig",
+    "LogLevel",
     "Mode",
     "Publishers",
     "Route",
@@ -71,6 +72,16 @@ class Mode(StrEnum):
 
     ENFORCE = "enforce"  # repair or quarantine
     AUDIT = "audit"  # count and log violations, relay the original unchanged
+
+
+class LogLevel(StrEnum):
+    """How much the sidecar logs (``log_level``; any case in the file)."""
+
+    DEBUG = "DEBUG"
+    INFO = "INFO"
+    WARNING = "WARNING"
+    ERROR = "ERROR"
+    CRITICAL = "CRITICAL"
 
 
 # --- the objects the relay uses ----------------------------------------------------------
@@ -147,6 +158,7 @@ class RouteMap:
     quarantine_exchange: str
     shutdown_grace_s: float
     routes: tuple[Route, ...]
+    log_level: LogLevel | None = None  # None: the command line's, else INFO
 
     def route(self, name: str) -> Route:
         """Return the route called ``name``; raise ``KeyError`` naming the known routes."""
@@ -387,7 +399,11 @@ def _split_listen(listen: str) -> tuple[str, int]:
     return host, int(port)
 
 
-_Prefetch = Annotated[int, BeforeValidator(_refuse_bool), Field(ge=1, le=65535)]
+def _upper(value: object) -> object:
+    return value.upper() if isinstance(value, str) else value
+
+
+_Prefetch = Annotated[int, Field(ge=1, le=65535), BeforeValidator(_refuse_bool)]
 _AmqpName = Annotated[str, AfterValidator(_amqp_name)]
 _NonEmptyAmqpName = Annotated[str, AfterValidator(_non_empty), AfterValidator(_amqp_name)]
 _OptionalPath = Annotated[str | None, AfterValidator(_optional_non_empty)]
@@ -408,9 +424,9 @@ class _BrokerFile(_Strict):
     url: Annotated[str, AfterValidator(_amqp_url)] = _DEFAULT_BROKER_URL
     tls: _TlsFile = _TlsFile()
     prefetch: _Prefetch = 512
-    heartbeat_s: Annotated[int, BeforeValidator(_refuse_bool), Field(ge=0, le=3600)] = 30
+    heartbeat_s: Annotated[int, Field(ge=0, le=3600), BeforeValidator(_refuse_bool)] = 30
     connect_timeout_s: Annotated[
-        float, BeforeValidator(_refuse_bool), Field(gt=0, allow_inf_nan=False)
+        float, Field(gt=0, allow_inf_nan=False), BeforeValidator(_refuse_bool)
     ] = 10.0
 
 
@@ -451,9 +467,10 @@ class _RouteMapFile(_Strict):
     mode: Mode = Mode.ENFORCE
     quarantine: _QuarantineFile = _QuarantineFile()
     shutdown_grace_s: Annotated[
-        float, BeforeValidator(_refuse_bool), Field(ge=0, allow_inf_nan=False)
+        float, Field(ge=0, allow_inf_nan=False), BeforeValidator(_refuse_bool)
     ] = 30.0
     routes: Annotated[tuple[_RouteFile, ...], AfterValidator(_at_least_one)]
+    log_level: Annotated[LogLevel | None, BeforeValidator(_upper)] = None
 
 
 def route_map_json_schema() -> dict[str, Any]:
@@ -693,6 +710,7 @@ def _build(file: _RouteMapFile) -> RouteMap:
         mode=file.mode,
         quarantine_exchange=file.quarantine.exchange,
         shutdown_grace_s=file.shutdown_grace_s,
+        log_level=file.log_level,
         routes=tuple(
             Route(
                 name=route.name,

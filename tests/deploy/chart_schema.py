@@ -21,15 +21,6 @@ VALUES_SCHEMA = CHART / "values.schema.json"
 
 _POINTER = "#/properties/routeMap/$defs/"
 
-# pydantic writes the bounds of some fields as its own keywords (ge, le, gt), which JSON
-# Schema validators ignore; the embedded copy spells them as JSON Schema does.
-_BOUNDS = {
-    "ge": "minimum",
-    "le": "maximum",
-    "gt": "exclusiveMinimum",
-    "lt": "exclusiveMaximum",
-}
-
 
 def _rewrite(node: Any) -> Any:
     if isinstance(node, dict):
@@ -43,7 +34,7 @@ def _rewrite(node: Any) -> Any:
                 # Names, not keywords: keep every one.
                 rewritten[key] = {name: _rewrite(item) for name, item in value.items()}
             else:
-                rewritten[_BOUNDS.get(key, key)] = _rewrite(value)
+                rewritten[key] = _rewrite(value)
         return rewritten
     if isinstance(node, list):
         return [_rewrite(item) for item in node]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import TYPE_CHECKING
 
 import pytest
@@ -14,6 +15,7 @@ from sidecar.errors import ConfigError
 from sidecar.routes import (
     BrokerConfig,
     HttpConfig,
+    LogLevel,
     Mode,
     Publishers,
     Route,
@@ -798,3 +800,29 @@ def test_json_schema_uses_the_file_keys() -> None:
         "prefetch",
     }
     assert route["additionalProperties"] is False
+
+
+def test_the_json_schema_states_numeric_bounds_as_json_schema_does() -> None:
+    """Validators ignore pydantic's own ge/le words; the bounds must read minimum/maximum."""
+    schema = route_map_json_schema()
+    prefetch = schema["$defs"]["_BrokerFile"]["properties"]["prefetch"]
+    assert (prefetch["minimum"], prefetch["maximum"]) == (1, 65535)
+    assert (
+        schema["$defs"]["_BrokerFile"]["properties"]["connect_timeout_s"]["exclusiveMinimum"] == 0
+    )
+    assert schema["properties"]["shutdown_grace_s"]["minimum"] == 0
+    assert not {"ge", "le", "gt", "lt"} & set(json.dumps(schema).replace('"', " ").split())
+
+
+@pytest.mark.parametrize(
+    ("written", "level"), [("debug", LogLevel.DEBUG), ("Warning", LogLevel.WARNING)]
+)
+def test_log_level_is_read_in_any_case(written: str, level: LogLevel) -> None:
+    text = f"log_level: {written}\nroutes:\n  - {{name: a, from: q, to: {{exchange: x}}}}\n"
+    assert parse_route_map(text, source="r.yaml", env={}).log_level is level
+
+
+def test_an_unknown_log_level_names_the_choices() -> None:
+    text = "log_level: loud\nroutes:\n  - {name: a, from: q, to: {exchange: x}}\n"
+    with pytest.raises(ConfigError, match=r'r.yaml:1: log_level: expected "DEBUG" or "INFO"'):
+        parse_route_map(text, source="r.yaml", env={})
