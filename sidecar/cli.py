@@ -98,7 +98,7 @@ def _check(file: str) -> int:
     return EXIT_OK
 
 
-def _run(file: str, *, log_level: str) -> int:
+def _run(file: str, *, log_level: str | None) -> int:
     # Imported here so that `conform` and `normalise` start without the I/O stack.
     from prometheus_client import CollectorRegistry  # noqa: PLC0415
 
@@ -112,7 +112,8 @@ def _run(file: str, *, log_level: str) -> int:
     except ConfigError as e:
         print(e, file=sys.stderr)
         return EXIT_USAGE
-    logs.configure(level=log_level)
+    # The command line (or ACEMQ_LOG_LEVEL) wins over the file's log_level; INFO otherwise.
+    logs.configure(level=log_level or route_map.log_level or "INFO")
     service = Service(
         route_map,
         config_path=Path(file),
@@ -152,9 +153,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--log-level",
         type=_log_level,
-        default=os.environ.get("ACEMQ_LOG_LEVEL", "INFO"),
+        default=os.environ.get("ACEMQ_LOG_LEVEL"),
         metavar="LEVEL",
-        help=f"{', '.join(LEVELS)} (any case); default: $ACEMQ_LOG_LEVEL, else INFO",
+        help=f"{', '.join(LEVELS)} (any case); default: $ACEMQ_LOG_LEVEL, else the route"
+        " map's log_level, else INFO",
     )
     check = commands.add_parser("check", help="validate a route map and print its routes")
     check.add_argument("file", metavar="FILE")

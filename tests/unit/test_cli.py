@@ -105,9 +105,9 @@ def test_run_log_level_is_read_in_any_case(given: str, level: str) -> None:
 
 
 def test_run_log_level_defaults_to_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    """ACEMQ_LOG_LEVEL sets the level when --log-level is not given; INFO without either."""
+    """ACEMQ_LOG_LEVEL sets the level when --log-level is not given; else the file's, INFO."""
     monkeypatch.delenv("ACEMQ_LOG_LEVEL", raising=False)
-    assert build_parser().parse_args(["run", "--config", "f.yaml"]).log_level == "INFO"
+    assert build_parser().parse_args(["run", "--config", "f.yaml"]).log_level is None
     monkeypatch.setenv("ACEMQ_LOG_LEVEL", "error")
     assert build_parser().parse_args(["run", "--config", "f.yaml"]).log_level == "ERROR"
 
