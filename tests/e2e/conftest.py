@@ -257,6 +257,10 @@ class Sidecar:
             f"{text}#{'x' * (size - len(text.encode()) - 2)}\n", encoding="utf-8"
         )
 
+    def launcher(self) -> list[str]:
+        """The command that starts the sidecar's command line: ``python -m sidecar``."""
+        return [sys.executable, "-m", "sidecar"]
+
     async def start(self, *, wait_ready: bool = True) -> None:
         """Start ``python -m sidecar run --config FILE``; wait for /readyz 200 unless told not."""
         assert not self.is_running(), "already running"
@@ -266,9 +270,7 @@ class Sidecar:
             (self.workdir / f"stderr.{self.runs}.log").open("wb") as stderr,
         ):
             self.process = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "sidecar",
+                *self.launcher(),
                 "run",
                 "--config",
                 str(self.config),

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
@@ -19,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from sidecar.contract import Policy, Publishers, Reject, normalise
-from tests.conftest import REPO
 from tests.e2e.conftest import Sidecar
 
 if TYPE_CHECKING:
@@ -167,30 +165,9 @@ class ShortLogIntervalSidecar(Sidecar):
 
     interval_s: float = 2.0
 
-    async def start(self, *, wait_ready: bool = True) -> None:
-        """Start the sidecar like Sidecar.start, through a launcher that sets the interval."""
-        assert not self.is_running(), "already running"
-        self.runs += 1
-        with (
-            (self.workdir / f"stdout.{self.runs}.log").open("wb") as stdout,
-            (self.workdir / f"stderr.{self.runs}.log").open("wb") as stderr,
-        ):
-            self.process = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-c",
-                _LAUNCH,
-                str(self.interval_s),
-                "run",
-                "--config",
-                str(self.config),
-                cwd=REPO,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=stdout,
-                stderr=stderr,
-                env={**os.environ, "ACEMQ_LOG_LEVEL": "INFO"},
-            )
-        if wait_ready:
-            await self.wait_ready()
+    def launcher(self) -> list[str]:
+        """Start the command line through a launcher that sets the interval first."""
+        return [sys.executable, "-c", _LAUNCH, str(self.interval_s)]
 
 
 def stdout_of(sidecar: Sidecar) -> str:
