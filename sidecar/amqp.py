@@ -899,5 +899,8 @@ async def connect(
     except (OSError, TimeoutError, ValueError) as e:  # ssl.SSLError is an OSError
         link.abort(ConnectionError("connect failed"))
         raise ConnectionError(f"cannot connect to the broker: {e!r}") from e
+    except BaseException:  # cancelled (a stop): leave no socket behind
+        link.abort(ConnectionError("connect cancelled"))
+        raise
     link.start_heartbeat(heartbeat)
     return Connection(link)
