@@ -229,6 +229,11 @@ def _format_path(path: _Path) -> str | None:
     return text or None
 
 
+MAX_VALUES = 100_000  # values in a route map once aliases are expanded
+MAX_DEPTH = 32  # levels of nesting in a route map
+_SHOW_MAX = 60  # characters of a value quoted in an error
+
+
 class _TreeReader:
     """Turns a composed node tree into plain data, recording the line of every path."""
 
@@ -239,12 +244,29 @@ class _TreeReader:
         self.key_lines: dict[_Path, int] = {}
         self._constructor = yaml.SafeLoader("")
         self._open: set[int] = set()
+        self._values = 0
 
     def error(self, message: str, *, path: _Path, line: int) -> ConfigError:
         return ConfigError(message, source=self.source, line=line, key=_format_path(path))
 
     def read(self, node: yaml.Node, path: _Path) -> object:
         self.value_lines[path] = _line(node)
+        self._values += 1
+        if self._values > MAX_VALUES:
+            # Aliases are references in the node tree; read out, each is a copy, and a few
+            # nested ones (a "billion laughs") would fill memory.
+            raise self.error(
+                f"the file holds more than {MAX_VALUES:,} values once its YAML aliases are"
+                " expanded; a route map needs far fewer",
+                path=path,
+                line=_line(node),
+            )
+        if len(path) > MAX_DEPTH:
+            raise self.error(
+                f"nested deeper than {MAX_DEPTH} levels; a route map needs four",
+                path=path[:3],
+                line=_line(node),
+            )
         if id(node) in self._open:
             # An alias inside its own anchor: the data would be infinite.
             raise self.error(
@@ -492,8 +514,13 @@ def _show(value: object) -> str:
         return "true" if value else "false"
     if isinstance(value, float) and not math.isfinite(value):
         return ".nan" if math.isnan(value) else ".inf" if value > 0 else "-.inf"
+    if isinstance(value, str) and len(value) > _SHOW_MAX:
+        return f'{json.dumps(value[:_SHOW_MAX])[:-1]}..." ({len(value):,} characters)'
     if isinstance(value, str | int | float):
-        return json.dumps(value)
+        shown = json.dumps(value)
+        return (
+            shown if len(shown) <= _SHOW_MAX else f"{shown[:_SHOW_MAX]}... ({len(shown):,} digits)"
+        )
     if isinstance(value, dict):
         return "a mapping"
     if isinstance(value, list | tuple):
@@ -737,6 +764,13 @@ def parse_route_map(text: str, *, source: str, env: Mapping[str, str]) -> RouteM
     """
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except RecursionError:
+        raise ConfigError(
+            f"the YAML nests deeper than {MAX_DEPTH} levels; a route map needs four",
+            source=source,
+            line=None,
+            key=None,
+        ) from None
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         context = (
