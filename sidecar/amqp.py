@@ -619,9 +619,11 @@ class _Link(asyncio.Protocol):
             if kind == FRAME_METHOD:
                 self._on_method(number, payload, bytes(buffer[at : end + 1]))
             elif kind == FRAME_HEADER:
-                self._channel(number).on_header(payload)
+                if channel := self.channels.get(number):
+                    channel.on_header(payload)
             elif kind == FRAME_BODY:
-                self._channel(number).on_body(payload)
+                if channel := self.channels.get(number):
+                    channel.on_body(payload)
             elif kind != FRAME_HEARTBEAT:
                 raise WireError(f"unknown frame type {kind} on channel {number}")
             at = end + 1
@@ -631,16 +633,14 @@ class _Link(asyncio.Protocol):
         if number == 0:
             self._on_connection_method(pamqp_frame.unmarshal(frame)[2])
             return
-        channel = self._channel(number)
+        channel = self.channels.get(number)
+        if channel is None:
+            # A channel closed from both sides at once gets the broker's close-ok after
+            # its close; whatever comes for a channel already closed is moot.
+            return
         (method_id,) = METHOD.unpack_from(payload, 0)
         if not channel.on_method(method_id, payload):
             channel.on_control(pamqp_frame.unmarshal(frame)[2])
-
-    def _channel(self, number: int) -> Channel:
-        channel = self.channels.get(number)
-        if channel is None:
-            raise WireError(f"a frame for channel {number}, which is not open")
-        return channel
 
     def _on_connection_method(self, frame: object) -> None:
         if isinstance(frame, spec.Connection.Close):

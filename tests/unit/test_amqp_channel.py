@@ -141,3 +141,13 @@ async def test_confirms_settle_by_tag_multiple_included_and_returns_by_match() -
         PublishOutcome.CONFIRMED,
         PublishOutcome.NACKED,
     ]
+
+
+async def test_a_frame_for_a_channel_closed_from_both_sides_is_ignored_not_fatal() -> None:
+    """The broker's close-ok can follow its own close of the same channel: drop it."""
+    from sidecar.amqp import _Link  # noqa: PLC0415
+
+    link = _Link(asyncio.get_running_loop())
+    late = pamqp_frame.marshal(spec.Channel.CloseOk(), 9)
+    link.data_received(late)
+    assert not link.closed.is_set(), link.close_reason
