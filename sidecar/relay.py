@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -50,6 +51,8 @@ ORIGINAL_ERROR = "acemq-original-error"
 CONFIRM_TIMEOUT_S = 30.0  # after this a publish without a confirm is reported, not resent
 HEALTHY_CHANNEL_S = 30.0  # a channel that lived this long resets the reopen backoff
 VIOLATION_LOG_INTERVAL_S = 60.0
+REASON_MAX = 4096  # characters of a reason kept in x-acemq-error and in a log line
+ORIGIN_LOG_MAX = 200  # characters of an origin in a log line
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -107,9 +110,28 @@ def quarantine_copy(
         headers[ORIGINAL_HEADERS] = ByteArray(delivery.undecodable.raw)
     if ERROR_HEADER in headers:  # the envelope's own error is kept, not overwritten
         headers[ORIGINAL_ERROR] = headers[ERROR_HEADER]
-    headers[ERROR_HEADER] = reason
+    headers[ERROR_HEADER] = bounded(reason)
     headers[QUARANTINED_FROM] = queue
     return publishable_properties(delivery.properties, headers, login=login), headers
+
+
+def bounded(text: str, limit: int = REASON_MAX) -> str:
+    """Return ``text`` cut to ``limit`` characters, saying how much was cut.
+
+    A reason can list thousands of header names, and an origin can be 64 KiB: in a header
+    they could outgrow the broker's frame, in a log line they would flood the log.
+    """
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit:,} more characters)"
+
+
+def _reason_kind(reason: str) -> str:
+    """Return the fixed start of a quarantine reason: what the sidecar wrote, not the data.
+
+    Reasons quote names and values from the message after a colon or a double quote.
+    """
+    return re.split(r'[:"]', reason, maxsplit=1)[0][:80]
 
 
 def _same_table(ours: Mapping[str, FieldValue], theirs: Mapping[str, FieldValue]) -> bool:
@@ -128,7 +150,9 @@ def _origin(verdict: Verdict, delivery: Delivery) -> object:
     """Return the origin for a log line: the normalised one, else the one it arrived with."""
     headers = verdict.headers if isinstance(verdict, Relay) else delivery.headers
     origin = headers.get(ORIGIN)
-    return origin if isinstance(origin, str) else delivery.properties.get("app_id")
+    if not isinstance(origin, str):
+        origin = delivery.properties.get("app_id")
+    return bounded(origin, ORIGIN_LOG_MAX) if isinstance(origin, str) else origin
 
 
 def _slow_reason(exchange: str) -> str:
@@ -239,6 +263,7 @@ class RouteWorker:
         self._pause_reason: str | None = "starting"
         self._violation_log = _RateLimit(VIOLATION_LOG_INTERVAL_S)
         self._pause_log = _RateLimit(VIOLATION_LOG_INTERVAL_S)
+        self._quarantine_log = _RateLimit(VIOLATION_LOG_INTERVAL_S)
         self._consumer_tag = f"acemq-sidecar.{route.name}"
         # False once a reload has handed the route's gauge to this worker's successor.
         self._owns_gauge = True
@@ -607,11 +632,17 @@ class RouteWorker:
         try:
             published = await quarantine(headers)
         except (WireError, ValueError, TypeError) as e:
-            # Headers decoded off the wire re-encode, so this is a last resort: keep the
-            # body, the properties and the reason rather than hold the message forever.
-            log.exception("route %s: quarantine copy cannot be encoded", self.route.name)
+            # The original headers plus the reason outgrow the broker's frame (or, a last
+            # resort, do not encode): keep the body, the properties and the reason rather
+            # than hold the message forever.
+            log.warning(
+                "route %s: the quarantine copy cannot carry the original headers: %s",
+                self.route.name,
+                e,
+                extra={"route": self.route.name},
+            )
             headers = {
-                ERROR_HEADER: f"{reason} (the original headers could not be written: {e})",
+                ERROR_HEADER: f"{bounded(reason)} (the original headers could not be written: {e})",
                 QUARANTINED_FROM: self.route.queue,
             }
             published = await quarantine(headers)
@@ -621,12 +652,21 @@ class RouteWorker:
                 f' (routing key "{self.route.name}"); bind a queue to it. Messages stay in'
                 " staging until it takes them"
             )
-        log.info(
-            "route %s quarantined a message: %s",
-            self.route.name,
-            reason,
-            extra={"route": self.route.name, "message_id": delivery.properties.get("message_id")},
+        # One line per kind of reason per interval: the quarantine queue keeps every reason.
+        suppressed = self._quarantine_log.admit(
+            ("quarantine", _reason_kind(reason)), self._clock.monotonic()
         )
+        if suppressed is not None:
+            log.info(
+                "route %s quarantined a message: %s",
+                self.route.name,
+                bounded(reason),
+                extra={
+                    "route": self.route.name,
+                    "message_id": delivery.properties.get("message_id"),
+                    "suppressed": suppressed,
+                },
+            )
         return Outcome.QUARANTINED
 
     def _record_violations(self, verdict: Verdict, delivery: Delivery) -> None:
@@ -656,5 +696,5 @@ class RouteWorker:
                 case Relay(stripped=stripped) if stripped and kind == "unknown_reserved":
                     extra["names"] = ", ".join(stripped)
                 case Reject(reason=reason):
-                    extra["reason"] = reason
+                    extra["reason"] = bounded(reason)
             log.info("route %s: %s on %s", route, kind, header, extra=extra)

@@ -47,7 +47,7 @@ RAW_TABLES = 100
 BIG = 64 * 1024
 MANY = 3000
 RELAY_TIMEOUT_S = 60.0
-# Their normalised copies outgrow one frame: kept apart, in an xfail test, until fixed.
+# Their normalised (or quarantine) copies outgrow one frame: a test of their own.
 FRAME_MAX_CASES = frozenset({"64 KiB id", "64 KiB non-UTF-8 bytes", "thousands of reserved names"})
 POISON_TIMEOUT_S = 20.0
 Table: TypeAlias = dict[str, Any] | UndecodableTable
@@ -280,15 +280,6 @@ async def test_hostile_header_tables_never_kill_the_process_and_all_are_settled(
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "bug: a copy (normalised, or for quarantine with a reason listing 3,000 names) whose"
-        " header frame exceeds the broker's frame_max (131072) is published anyway; the"
-        " broker closes the whole connection (FRAME_ERROR frame_too_large), the message is"
-        " redelivered and does it again, every ~0.4 s, forever: every route stalls"
-    ),
-)
 async def test_a_copy_too_large_for_one_frame_is_quarantined_not_a_poison(
     flow: MixedFlow, sidecar: Sidecar
 ) -> None:
