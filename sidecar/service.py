@@ -42,6 +42,7 @@ CONFIG_POLL_S = 2.0  # how often a changed route map file is noticed (SIGHUP is 
 TICK_S = 5.0
 SHUTDOWN_SLACK_S = 10.0  # beyond shutdown_grace_s: cancelling consumers, closing channels
 LIVENESS_STALE_S = 60.0  # an event loop blocked this long fails /healthz
+HEALTHY_SESSION_S = 30.0  # a connection that lived this long resets the reconnect backoff
 
 
 def _ssl_context(broker: BrokerConfig) -> ssl.SSLContext | None:
@@ -212,14 +213,16 @@ class Service:
                 self._metrics.count_reconnect()
             has_connected = True
             self._login = broker.login
-            backoff.reset()
             self._set_connected(connected=True)
             log.info("connected to %s", broker.masked_url)
+            started = asyncio.get_running_loop().time()
             try:
                 await self._run_session(connection)
             finally:
                 self._set_connected(connected=False)
                 await connection.close()
+            if asyncio.get_running_loop().time() - started >= HEALTHY_SESSION_S:
+                backoff.reset()  # a fresh failure; one that comes at once again backs off
             if not self._stop.is_set():
                 delay = backoff.next_delay()
                 reason = await connection.wait_closed()
