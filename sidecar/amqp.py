@@ -325,14 +325,17 @@ class Channel:
             raise
 
     async def cancel(self, consumer_tag: str) -> None:
-        """Stop deliveries to a consumer; in-flight ones stay ours to settle.
+        """Stop deliveries to a consumer; return once no more can arrive (or after a bound).
 
-        Sent without waiting for the broker (nowait), keeping the callback: deliveries
-        already on the wire are still settled rather than dropped and redelivered.
+        The broker's cancel-ok comes after the consumer's last delivery, and every delivery
+        before it has been handed to its callback by then: whoever waits for in-flight work
+        to settle after this sees all of it. The callback stays: deliveries already on the
+        wire are settled, not dropped and redelivered.
         """
-        if not self._closed.is_set():
-            frame = spec.Basic.Cancel(consumer_tag=consumer_tag, nowait=True)
-            self._link.write(pamqp_frame.marshal(frame, self.number))
+        if self._closed.is_set():
+            return
+        with contextlib.suppress(TimeoutError, ChannelLostError):
+            await self.rpc(spec.Basic.Cancel(consumer_tag=consumer_tag), timeout_s=CLOSE_TIMEOUT_S)
 
     async def publish(
         self,

@@ -151,3 +151,20 @@ async def test_a_frame_for_a_channel_closed_from_both_sides_is_ignored_not_fatal
     late = pamqp_frame.marshal(spec.Channel.CloseOk(), 9)
     link.data_received(late)
     assert not link.closed.is_set(), link.close_reason
+
+
+async def test_cancel_returns_after_the_last_delivery_before_cancel_ok_was_handed_over() -> None:
+    """A drain waits for in-flight work only once no delivery can still be on the wire."""
+    link = FakeLink()
+    channel, got = await consuming(link)
+    cancelling = asyncio.create_task(channel.cancel("c"))
+    await asyncio.sleep(0)
+    cancel = pamqp_frame.unmarshal(link.written[-1])[2]
+    assert isinstance(cancel, spec.Basic.Cancel)
+    assert not cancel.nowait
+    deliver(channel, 1)  # already on the wire when the broker took the cancel
+    await asyncio.sleep(0)
+    assert not cancelling.done()
+    channel.on_control(spec.Basic.CancelOk(consumer_tag="c"))
+    await cancelling
+    assert [d.delivery_tag for d in got] == [1]
