@@ -47,7 +47,7 @@ from sidecar.errors import ConfigError
 
 if TYPE_CHECKING:
     import os
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
     from pydantic_core import ErrorDetails
 
@@ -444,6 +444,7 @@ class _TlsFile(_Strict):
 class _BrokerFile(_Strict):
     # parse_route_map fills in this default interpolated; it is here for the JSON Schema.
     url: Annotated[str, AfterValidator(_amqp_url)] = _DEFAULT_BROKER_URL
+    url_file: _OptionalPath = None  # read into url by parse_route_map
     tls: _TlsFile = _TlsFile()
     prefetch: _Prefetch = 512
     heartbeat_s: Annotated[int, Field(ge=0, le=3600), BeforeValidator(_refuse_bool)] = 30
@@ -757,10 +758,18 @@ def _build(file: _RouteMapFile) -> RouteMap:
 # --- the API ---------------------------------------------------------------------------------
 
 
-def parse_route_map(text: str, *, source: str, env: Mapping[str, str]) -> RouteMap:
+def parse_route_map(
+    text: str,
+    *,
+    source: str,
+    env: Mapping[str, str],
+    read_file: Callable[[str], str] | None = None,
+) -> RouteMap:
     """Parse route-map YAML into a ``RouteMap``; raise ``ConfigError`` on the first problem.
 
-    ``source`` names the file in messages; ``env`` resolves ``${VAR}`` references.
+    ``source`` names the file in messages; ``env`` resolves ``${VAR}`` references;
+    ``read_file`` reads ``broker.url_file`` (a mounted secret), and without it that key
+    is refused.
     """
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
@@ -811,6 +820,8 @@ def parse_route_map(text: str, *, source: str, env: Mapping[str, str]) -> RouteM
         )
     broker = data.setdefault("broker", {})
     if isinstance(broker, dict):
+        if broker.get("url_file") is not None:
+            _url_from_file(broker, reader, read_file)
         # The default URL is itself a reference, so AMQP_URL works without a broker block.
         broker.setdefault("url", _interpolate(_DEFAULT_BROKER_URL, env=env))
     try:
@@ -829,7 +840,45 @@ def load_route_map(path: str | os.PathLike[str], *, env: Mapping[str, str]) -> R
         raise ConfigError(
             f"cannot read the route map: {e}", source=str(path), line=None, key=None
         ) from e
-    return parse_route_map(text, source=str(path), env=env)
+    return parse_route_map(
+        text, source=str(path), env=env, read_file=lambda p: Path(p).read_text(encoding="utf-8")
+    )
+
+
+def _url_from_file(
+    broker: dict[str, object], reader: _TreeReader, read_file: Callable[[str], str] | None
+) -> None:
+    """Replace ``broker.url_file`` by ``broker.url``, read from that file (a mounted secret).
+
+    A problem with the URL it holds is reported on the url_file line, the password masked.
+    """
+    path, line = broker.pop("url_file"), reader.value_lines[("broker", "url_file")]
+    if "url" in broker:
+        raise reader.error(
+            "set broker.url or broker.url_file, not both", path=("broker", "url_file"), line=line
+        )
+    if not isinstance(path, str) or not path:
+        raise reader.error(
+            f"expected the path of a file holding the broker URL, got {_show(path)}",
+            path=("broker", "url_file"),
+            line=line,
+        )
+    if read_file is None:
+        raise reader.error(
+            "only a route map read from a file can use url_file",
+            path=("broker", "url_file"),
+            line=line,
+        )
+    try:
+        broker["url"] = read_file(path).strip()
+    except (OSError, UnicodeDecodeError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise reader.error(
+            f"cannot read {path}: {reason}; mount the secret there or set broker.url",
+            path=("broker", "url_file"),
+            line=line,
+        ) from None
+    reader.value_lines[("broker", "url")] = line
 
 
 def describe(route_map: RouteMap) -> str:

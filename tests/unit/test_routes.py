@@ -287,7 +287,7 @@ ERRORS = [
         _yaml("broker:", "  prefech: 10", *ROUTE),
         {},
         'routes.yaml:2: broker.prefech: unknown key; did you mean "prefetch"? allowed keys are:'
-        " url, tls, prefetch, heartbeat_s, connect_timeout_s",
+        " url, url_file, tls, prefetch, heartbeat_s, connect_timeout_s",
         id="unknown-broker-key",
     ),
     pytest.param(
@@ -826,3 +826,49 @@ def test_an_unknown_log_level_names_the_choices() -> None:
     text = "log_level: loud\nroutes:\n  - {name: a, from: q, to: {exchange: x}}\n"
     with pytest.raises(ConfigError, match=r'r.yaml:1: log_level: expected "DEBUG" or "INFO"'):
         parse_route_map(text, source="r.yaml", env={})
+
+
+URL_FILE_MAP = (
+    "broker:\n  url_file: /run/secrets/amqp-url\nroutes:\n"
+    "  - {name: a, from: q, to: {exchange: x}}\n"
+)
+
+
+def test_the_broker_url_can_come_from_a_mounted_file() -> None:
+    files = {"/run/secrets/amqp-url": "amqps://relay:s3cret@rabbit:5671/prod\n"}
+    route_map = parse_route_map(URL_FILE_MAP, source="r.yaml", env={}, read_file=files.__getitem__)
+    assert route_map.broker.url == "amqps://relay:s3cret@rabbit:5671/prod"
+    assert "s3cret" not in describe(route_map)
+
+
+def test_a_url_file_that_cannot_be_read_names_its_line_and_what_to_do() -> None:
+    def missing(path: str) -> str:
+        raise FileNotFoundError(2, "No such file or directory", path)
+
+    with pytest.raises(ConfigError) as caught:
+        parse_route_map(URL_FILE_MAP, source="r.yaml", env={}, read_file=missing)
+    assert str(caught.value) == (
+        "r.yaml:2: broker.url_file: cannot read /run/secrets/amqp-url: No such file or"
+        " directory; mount the secret there or set broker.url"
+    )
+
+
+def test_a_bad_url_in_the_file_is_reported_on_the_url_file_line_without_its_password() -> None:
+    files = {"/run/secrets/amqp-url": "http://relay:s3cret@rabbit/"}
+    with pytest.raises(ConfigError, match=r"^r\.yaml:2: broker\.url: the scheme") as caught:
+        parse_route_map(URL_FILE_MAP, source="r.yaml", env={}, read_file=files.__getitem__)
+    assert "s3cret" not in str(caught.value)
+
+
+def test_url_and_url_file_together_are_refused() -> None:
+    text = URL_FILE_MAP.replace("broker:\n", "broker:\n  url: amqp://h/\n")
+    with pytest.raises(ConfigError, match=r"r\.yaml:3: broker\.url_file: set broker\.url or"):
+        parse_route_map(text, source="r.yaml", env={}, read_file=lambda _: "amqp://h/")
+
+
+def test_load_route_map_reads_the_url_file(tmp_path: Path) -> None:
+    secret = tmp_path / "url"
+    secret.write_text("amqp://relay:pw@rabbit/\n", encoding="utf-8")
+    config = tmp_path / "routes.yaml"
+    config.write_text(URL_FILE_MAP.replace("/run/secrets/amqp-url", str(secret)), encoding="utf-8")
+    assert load_route_map(config, env={}).broker.url == "amqp://relay:pw@rabbit/"
