@@ -147,12 +147,26 @@ async def test_broker_restart_loses_nothing(
     """stop_app/start_app mid-flow: not ready while down, back by itself, nothing lost."""
     await start_flow(flow, sidecar)
     await wait_progress(flow, sidecar)
-    async with rabbitmqctl.app_stopped():
-        status, body = await sidecar.get("/readyz")
-        assert status == 503, (status, body)
-        metrics = await scrape(sidecar)
-        assert metrics.value("acemq_sidecar_broker_connected") == 0, metrics.text
-        assert sidecar.is_running(), sidecar.output()
+    # rabbitmqctl takes a second or two to start, in which the sidecar would drain the
+    # backlog: hold it still (in flight, mid-work) until the broker has stopped.
+    sidecar.send(signal.SIGSTOP)
+    try:
+        async with rabbitmqctl.app_stopped():
+            sidecar.send(signal.SIGCONT)
+            last: list[str] = []
+
+            async def down_noticed() -> bool:
+                status, body = await sidecar.get("/readyz")
+                metrics = await scrape(sidecar)
+                last[:] = [f"/readyz {status}: {body}"]
+                return status == 503 and metrics.value("acemq_sidecar_broker_connected") == 0
+
+            await eventually(
+                down_noticed, timeout_s=10, what="the broker down on /readyz", context=last.copy
+            )
+            assert sidecar.is_running(), sidecar.output()
+    finally:
+        sidecar.send(signal.SIGCONT)
     back = time.monotonic()
     await flow.broker.reconnect()
     left = await left_in_staging(flow, fault="the broker restart")
