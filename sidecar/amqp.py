@@ -56,6 +56,7 @@ from sidecar.frames import (
     parse_return,
     publish_frames,
 )
+from sidecar.frames import content_header as encode_content_header
 from sidecar.wire import Timestamp, decode_table, encode_table_for_pamqp
 
 if TYPE_CHECKING:
@@ -241,7 +242,7 @@ class _Publish:
     future: asyncio.Future[PublishOutcome]
     exchange: str
     routing_key: str
-    message_id: object
+    header: bytes  # the content header's payload as sent
     body: bytes
     returned: bool = False
 
@@ -359,22 +360,25 @@ class Channel:
         once, and the wait goes on until the confirm, a nack, a return or the channel's end.
         Raises :class:`WireError` before sending anything when the wire cannot carry it.
         """
+        frame_max = self._link.frame_max
+        if content_header is None:
+            content_header = encode_content_header(
+                properties, headers, body_size=len(body), frame_max=frame_max
+            )
         data = publish_frames(
             self.number,
             exchange=exchange,
             routing_key=routing_key,
             body=body,
-            properties=properties,
-            headers=headers,
-            frame_max=self._link.frame_max,
             content_header=content_header,
+            frame_max=frame_max,
         )
         if not self.is_open:
             raise ChannelLostError(self._close_reason)
         self._next_tag += 1
         future: asyncio.Future[PublishOutcome] = self._loop.create_future()
         self._unconfirmed[self._next_tag] = _Publish(
-            future, exchange, routing_key, properties.get("message_id"), body
+            future, exchange, routing_key, content_header, body
         )
         self._link.write(data)
         slow = self._loop.call_later(slow_after_s, on_slow)
@@ -507,20 +511,33 @@ class Channel:
             task.add_done_callback(self._tasks.discard)
 
     def _on_return(self, method: BasicReturn, header: ContentHeader, body: bytes) -> None:
-        # A return comes before the confirm of its publish; publishes route in order, so it
-        # is the oldest unconfirmed one with its exchange, routing key, message id and body.
-        message_id = header.properties.get("message_id")
+        """Mark the publish a return is for, which is still unconfirmed (its confirm follows).
+
+        The return holds the message as published: the unconfirmed publish to the same
+        exchange and routing key with the same content header and body bytes. Only a
+        byte-identical message could be mistaken for it, and then which of the two counts
+        as returned makes no difference. One that matches nothing cannot be told from the
+        publishes still in flight: the channel is closed, so none of them is acked and the
+        broker redelivers them all (duplicates, never a loss).
+        """
         for publish in self._unconfirmed.values():
             if (
                 not publish.returned
                 and publish.routing_key == method.routing_key
                 and publish.exchange == method.exchange
-                and publish.message_id == message_id
+                and publish.header == header.payload
                 and publish.body == body
             ):
                 publish.returned = True
                 return
-        log.warning("channel %d: a returned message matched no publish", self.number)
+        log.warning(
+            "channel %d: a returned message matches no publish in flight; closing the channel"
+            " so that every unconfirmed one is redelivered",
+            self.number,
+        )
+        closing = self._loop.create_task(self.close())
+        self._tasks.add(closing)
+        closing.add_done_callback(self._tasks.discard)
 
     def _confirm(self, tag: int, multiple: bool, outcome: PublishOutcome) -> None:  # noqa: FBT001
         unconfirmed = self._unconfirmed

@@ -40,6 +40,7 @@ __all__ = [
     "ContentHeader",
     "UndecodableTable",
     "ack_frame",
+    "content_header",
     "parse_confirm",
     "parse_content_header",
     "parse_deliver",
@@ -258,49 +259,57 @@ def _properties_payload(
     return flags, out
 
 
+def content_header(
+    properties: Mapping[str, PropertyValue],
+    headers: Mapping[str, FieldValue] | UndecodableTable | None,
+    *,
+    body_size: int,
+    frame_max: int,
+) -> bytes:
+    """Return the payload of a content header frame for these properties and headers.
+
+    Raises :class:`WireError` for a value the wire cannot carry (a short string over 255
+    bytes, an out-of-range property, an unencodable header) or a header too big for one
+    frame of ``frame_max`` bytes, which the broker would answer by closing the connection.
+    """
+    flags, props = _properties_payload(properties, headers)
+    payload = _CONTENT.pack(60, 0, body_size, flags) + b"".join(props)
+    if len(payload) > frame_max - 8:
+        raise WireError(
+            f"the message's properties take {len(payload)} bytes,"
+            f" over the broker's frame size of {frame_max}"
+        )
+    return payload
+
+
 def publish_frames(
     channel: int,
     *,
     exchange: str,
     routing_key: str,
     body: bytes,
-    properties: Mapping[str, PropertyValue],
-    headers: Mapping[str, FieldValue] | UndecodableTable | None,
+    content_header: bytes,
     frame_max: int,
     mandatory: bool = True,
-    content_header: bytes | None = None,
 ) -> bytes:
     """Return the bytes of one ``basic.publish``: method, content header and body frames.
 
-    ``content_header``, a received content header's payload for this same body, is sent
-    as it is instead of encoding ``properties`` and ``headers``: a message nothing changed
-    in goes out byte for byte as it came.
-
-    Raises :class:`WireError` (and writes nothing) for a value the wire cannot carry: a
-    short string over 255 bytes, an out-of-range property, an unencodable header.
+    ``content_header`` is the payload :func:`content_header` made for this body, or a
+    received one for the same body: a message nothing changed in goes out as it came.
+    Raises :class:`WireError` (and writes nothing) for a name over 255 bytes.
     """
     method: list[bytes] = [b"\x00\x3c\x00\x28\x00\x00"]  # basic.publish, ticket 0
     _put_shortstr(exchange, method, "exchange name")
     _put_shortstr(routing_key, method, "routing key")
     method.append(b"\x01" if mandatory else b"\x00")
     method_payload = b"".join(method)
-    if content_header is None:
-        flags, props = _properties_payload(properties, headers)
-        header_payload = _CONTENT.pack(60, 0, len(body), flags) + b"".join(props)
-    else:
-        header_payload = content_header
-    if len(header_payload) > frame_max - 8:
-        raise WireError(
-            f"the message's properties take {len(header_payload)} bytes,"
-            f" over the broker's frame size of {frame_max}"
-        )
     end = b"\xce"
     out = [
         HEADER.pack(FRAME_METHOD, channel, len(method_payload)),
         method_payload,
         end,
-        HEADER.pack(FRAME_HEADER, channel, len(header_payload)),
-        header_payload,
+        HEADER.pack(FRAME_HEADER, channel, len(content_header)),
+        content_header,
         end,
     ]
     step = frame_max - 8

@@ -6,11 +6,12 @@ import asyncio
 import struct
 from typing import Any
 
+import pytest
 from pamqp import commands as spec
 from pamqp import frame as pamqp_frame
 from pamqp import header as pamqp_header
 
-from sidecar.amqp import Channel, Delivery, PublishOutcome, install_codec
+from sidecar.amqp import Channel, ChannelLostError, Delivery, PublishOutcome, install_codec
 from sidecar.frames import HEADER, parse_confirm
 
 install_codec()
@@ -168,3 +169,51 @@ async def test_cancel_returns_after_the_last_delivery_before_cancel_ok_was_hande
     channel.on_control(spec.Basic.CancelOk(consumer_tag="c"))
     await cancelling
     assert [d.delivery_tag for d in got] == [1]
+
+
+def publishing(channel: Channel, body: bytes, headers: dict[str, Any]) -> asyncio.Task[Any]:
+    return asyncio.create_task(
+        channel.publish(
+            body,
+            exchange="ex",
+            routing_key="rk",
+            properties={},
+            headers=headers,
+            slow_after_s=60,
+            on_slow=lambda: None,
+        )
+    )
+
+
+def broker_returns(channel: Channel, body: bytes, headers: dict[str, Any]) -> None:
+    returned = spec.Basic.Return(312, "NO_ROUTE", exchange="ex", routing_key="rk")
+    assert channel.on_method(60 << 16 | 50, payload_of(returned))
+    header = pamqp_header.ContentHeader(0, len(body), spec.Basic.Properties(headers=headers))
+    channel.on_header(pamqp_frame.marshal(header, 1)[7:-1])
+    channel.on_body(body)
+
+
+async def test_a_return_is_matched_by_its_bytes_not_only_by_its_id_and_body() -> None:
+    """Same body, no message id, different headers (a headers exchange): the right one."""
+    channel = Channel(FakeLink(), 1)  # type: ignore[arg-type]
+    routed = publishing(channel, b"same", {"region": "eu"})
+    unroutable = publishing(channel, b"same", {"region": "mars"})
+    await asyncio.sleep(0)
+    broker_returns(channel, b"same", {"region": "mars"})
+    channel.on_method(60 << 16 | 80, payload_of(spec.Basic.Ack(delivery_tag=2)))
+    channel.on_method(60 << 16 | 80, payload_of(spec.Basic.Ack(delivery_tag=1)))
+    assert await unroutable == PublishOutcome.RETURNED
+    assert await routed == PublishOutcome.CONFIRMED
+
+
+async def test_a_return_that_matches_no_publish_closes_the_channel_rather_than_guess() -> None:
+    link = FakeLink()
+    channel = Channel(link, 1)  # type: ignore[arg-type]
+    inflight = publishing(channel, b"mine", {})
+    await asyncio.sleep(0)
+    broker_returns(channel, b"someone else's", {})
+    await asyncio.sleep(0)
+    assert isinstance(pamqp_frame.unmarshal(link.written[-1])[2], spec.Channel.Close)
+    channel.on_control(spec.Channel.CloseOk())
+    with pytest.raises(ChannelLostError):
+        await inflight

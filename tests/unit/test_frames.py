@@ -18,6 +18,7 @@ from sidecar.frames import (
     HEADER,
     UndecodableTable,
     ack_frame,
+    content_header,
     parse_confirm,
     parse_content_header,
     parse_deliver,
@@ -49,6 +50,12 @@ EVERY_PROPERTY: dict[str, Any] = {
 }
 
 
+def publish(channel: int, *, properties: Any, headers: Any, body: bytes, **kw: Any) -> bytes:
+    """A publish's frames with the content header encoded from properties and headers."""
+    header = content_header(properties, headers, body_size=len(body), frame_max=kw["frame_max"])
+    return publish_frames(channel, body=body, content_header=header, **kw)
+
+
 def frames_of(data: bytes) -> list[tuple[int, int, bytes]]:
     """Split bytes into (type, channel, payload), checking every frame-end octet."""
     out, at = [], 0
@@ -73,7 +80,7 @@ def pamqp_frames(data: bytes) -> list[Any]:
 def test_publish_frames_are_what_pamqp_reads() -> None:
     headers = {"x-acemq-id": "m-1", "x-small": Int8(-3), "nested": {"a": [1, "b"]}}
     body = bytes(range(256)) * 40  # 10 KiB: three body frames at a 4 KiB frame size
-    data = publish_frames(
+    data = publish(
         7,
         exchange="orders",
         routing_key="order.placed",
@@ -103,7 +110,7 @@ def test_publish_frames_are_what_pamqp_reads() -> None:
 
 
 def test_an_empty_body_has_no_body_frame_and_no_headers_no_table() -> None:
-    data = publish_frames(
+    data = publish(
         1, exchange="", routing_key="q", body=b"", properties={}, headers={}, frame_max=4096
     )
     kinds = [kind for kind, _, _ in frames_of(data)]
@@ -147,7 +154,7 @@ def test_publish_then_read_gives_back_properties_headers_and_body(
     headers: dict[str, Any], properties: dict[str, Any], body: bytes
 ) -> None:
     try:
-        data = publish_frames(
+        data = publish(
             2,
             exchange="x",
             routing_key="k",
@@ -170,7 +177,7 @@ def test_any_well_formed_table_survives_read_and_write_byte_for_byte(raw: bytes)
     payload = struct.pack(">HHQH", 60, 0, 0, 1 << 13) + raw
     header = parse_content_header(payload)
     assert not isinstance(header.headers, UndecodableTable)
-    data = publish_frames(
+    data = publish(
         1,
         exchange="",
         routing_key="q",
@@ -189,7 +196,7 @@ def test_an_undecodable_table_is_kept_raw_and_written_back_unchanged() -> None:
     assert isinstance(header.headers, UndecodableTable)
     assert header.headers.raw == bad
     assert header.properties == {"message_id": "id"}  # what follows the table still reads
-    data = publish_frames(
+    data = publish(
         1,
         exchange="",
         routing_key="q",
@@ -204,7 +211,7 @@ def test_an_undecodable_table_is_kept_raw_and_written_back_unchanged() -> None:
 def test_text_that_is_not_utf8_survives_as_the_same_bytes() -> None:
     payload = struct.pack(">HHQH", 60, 0, 0, 1 << 7) + b"\x03\xff\xfe!"
     header = parse_content_header(payload)
-    data = publish_frames(
+    data = publish(
         1,
         exchange="",
         routing_key="q",
@@ -228,7 +235,7 @@ def test_what_the_wire_cannot_carry_is_refused_by_name(
     properties: dict[str, Any], problem: str
 ) -> None:
     with pytest.raises(WireError, match=problem):
-        publish_frames(
+        publish(
             1,
             exchange="",
             routing_key="q",
@@ -241,7 +248,7 @@ def test_what_the_wire_cannot_carry_is_refused_by_name(
 
 def test_headers_larger_than_a_frame_are_refused_not_split() -> None:
     with pytest.raises(WireError, match="over the broker's frame size"):
-        publish_frames(
+        publish(
             1,
             exchange="",
             routing_key="q",
@@ -304,7 +311,7 @@ def test_a_truncated_method_is_a_wire_error() -> None:
 
 def test_table_encoding_matches_the_wire_module() -> None:
     headers = {"a": 1, "b": "two"}
-    data = publish_frames(
+    data = publish(
         1,
         exchange="",
         routing_key="q",
