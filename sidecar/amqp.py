@@ -84,6 +84,7 @@ _SHORTSTR_MAX = 255
 CLOSE_TIMEOUT_S = 5.0  # cancel and close wait this long for the broker, no longer
 _PROTOCOL_HEADER: Final = b"AMQP\x00\x00\x09\x01"
 _FRAME_MAX: Final = 131_072  # what we ask for; the broker may lower it
+_CHANNEL_MAX: Final = 2047  # likewise: a route takes one channel, a topology check another
 _NOT_FOUND: Final = 404
 _CAPABILITIES: Final = {
     "publisher_confirms": True,
@@ -268,6 +269,7 @@ class Channel:
         self.number = number
         self._loop = link.loop
         self._rpc: asyncio.Future[Any] | None = None
+        self._rpc_replies: frozenset[str] = frozenset()
         self._closing_rpc: asyncio.Future[None] | None = None
         self._closed = asyncio.Event()
         self._ended = asyncio.Event()  # closed, or the broker cancelled our consumer
@@ -296,12 +298,17 @@ class Channel:
     # --- requests ---
 
     async def rpc(self, method: Any, *, timeout_s: float | None = None) -> Any:  # noqa: ANN401
-        """Send a synchronous method and return the broker's reply frame."""
-        if self._closed.is_set():
+        """Send a synchronous method and return the broker's reply frame.
+
+        Nothing is sent on a channel being closed: once the broker has answered the close,
+        a frame on its number would be a connection error.
+        """
+        if not self.is_open:
             raise ChannelLostError(self._close_reason)
         while self._rpc is not None:  # one synchronous method at a time per channel
             await asyncio.wait([self._rpc])
         self._rpc = reply = self._loop.create_future()
+        self._rpc_replies = frozenset(getattr(method, "valid_responses", ()))
         try:
             self._link.write(pamqp_frame.marshal(method, self.number))
             async with asyncio.timeout(timeout_s):
@@ -333,8 +340,6 @@ class Channel:
         to settle after this sees all of it. The callback stays: deliveries already on the
         wire are settled, not dropped and redelivered.
         """
-        if self._closed.is_set():
-            return
         with contextlib.suppress(TimeoutError, ChannelLostError):
             await self.rpc(spec.Basic.Cancel(consumer_tag=consumer_tag), timeout_s=CLOSE_TIMEOUT_S)
 
@@ -431,9 +436,13 @@ class Channel:
         self._retired = True  # acks sent from here on would be discarded by the broker
         if self._closed.is_set():
             return
-        self._closing_rpc = done = self._loop.create_future()
-        frame = spec.Channel.Close(reply_code=200, reply_text="closing", class_id=0, method_id=0)
-        self._link.write(pamqp_frame.marshal(frame, self.number))
+        done = self._closing_rpc
+        if done is None:  # the first close sends it; any other waits for the same end
+            self._closing_rpc = done = self._loop.create_future()
+            close = spec.Channel.Close(
+                reply_code=200, reply_text="closing", class_id=0, method_id=0
+            )
+            self._link.write(pamqp_frame.marshal(close, self.number))
         with contextlib.suppress(TimeoutError, ChannelLostError):
             await asyncio.wait_for(asyncio.shield(done), CLOSE_TIMEOUT_S)
         self._fail(ChannelLostError("channel closed by the sidecar"))
@@ -472,8 +481,12 @@ class Channel:
             self._link.forget(self.number)
         elif isinstance(frame, spec.Channel.Flow):
             self._link.write(pamqp_frame.marshal(spec.Channel.FlowOk(frame.active), self.number))
-        elif self._rpc is not None and not self._rpc.done():
-            self._rpc.set_result(frame)
+        elif (
+            self._rpc is not None
+            and not self._rpc.done()
+            and getattr(frame, "name", None) in self._rpc_replies
+        ):
+            self._rpc.set_result(frame)  # a late reply to an rpc given up on is dropped
 
     def on_header(self, payload: bytes) -> None:
         """Handle a content header frame: the properties of the pending delivery or return."""
@@ -592,6 +605,7 @@ class _Link(asyncio.Protocol):
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.frame_max = _FRAME_MAX
+        self.channel_max = _CHANNEL_MAX
         self.channels: dict[int, Channel] = {}
         self.handshake: asyncio.Queue[object] = asyncio.Queue()
         self.closed = asyncio.Event()
@@ -628,8 +642,15 @@ class _Link(asyncio.Protocol):
     def _read_frames(self, buffer: bytearray) -> int:
         """Handle every whole frame in ``buffer``; return how many bytes they took."""
         at, size = 0, len(buffer)
+        if buffer.startswith(b"AMQP"):  # the server's own protocol header: not 0-9-1
+            raise WireError(f"the server refused AMQP 0-9-1 and offers {bytes(buffer[:8])!r}")
         while size - at >= 8:
             kind, number, length = HEADER.unpack_from(buffer, at)
+            if length > self.frame_max:
+                raise WireError(
+                    f"a frame of {length} bytes, over the frame size of {self.frame_max}:"
+                    " is this an AMQP 0-9-1 broker?"
+                )
             end = at + 7 + length
             if end >= size:
                 break
@@ -669,7 +690,7 @@ class _Link(asyncio.Protocol):
             reason = ConnectionError(
                 f"the broker closed the connection: {frame.reply_code} {frame.reply_text}"
             )
-            self.abort(reason)
+            self.abort(reason, graceful=True)
         elif isinstance(frame, spec.Connection.CloseOk):
             if not self.close_ok.done():
                 self.close_ok.set_result(None)
@@ -717,12 +738,18 @@ class _Link(asyncio.Protocol):
         """Free a channel number once the channel is closed on both sides."""
         self.channels.pop(number, None)
 
-    def abort(self, reason: BaseException) -> None:
-        """Drop the connection now, with the reason every waiter will see."""
+    def abort(self, reason: BaseException, *, graceful: bool = False) -> None:
+        """Drop the connection now, with the reason every waiter will see.
+
+        ``graceful`` lets what is already written (a close-ok) leave first.
+        """
         if self.close_reason is None:
             self.close_reason = reason
         if self._transport is not None:
-            self._transport.abort()
+            if graceful:
+                self._transport.close()
+            else:
+                self._transport.abort()
         self._end(reason)
 
     def _end(self, reason: BaseException) -> None:
@@ -773,11 +800,15 @@ class Connection:
     async def _open(self) -> Channel:
         if not self.is_open:
             raise ChannelLostError(f"the connection closed: {self._link.close_reason}")
-        number = self._next_channel
-        while number == self._next_channel or number in self._link.channels:
-            number = number % 2047 + 1
+        # Numbers go round 1..channel_max, so that a late frame for a channel just closed
+        # never meets a new channel on the same number.
+        limit, taken = self._link.channel_max, self._link.channels
+        candidates = ((self._next_channel + step) % limit + 1 for step in range(limit))
+        number = next((n for n in candidates if n not in taken), None)
+        if number is None:
+            raise ChannelLostError(f"all {limit} channel numbers the broker allows are in use")
         self._next_channel = number
-        channel = self._link.channels[number] = Channel(self._link, number)
+        channel = taken[number] = Channel(self._link, number)
         await channel.rpc(spec.Channel.Open())
         return channel
 
@@ -899,6 +930,7 @@ async def connect(
             )
             tune = await _next(link, spec.Connection.Tune)
             link.frame_max = min(tune.frame_max or _FRAME_MAX, _FRAME_MAX)
+            link.channel_max = min(tune.channel_max or _CHANNEL_MAX, _CHANNEL_MAX)
             heartbeat = (
                 min(h for h in (tune.heartbeat, heartbeat_s) if h)
                 if (tune.heartbeat or heartbeat_s)
@@ -907,7 +939,7 @@ async def connect(
             link.write(
                 pamqp_frame.marshal(
                     spec.Connection.TuneOk(
-                        channel_max=tune.channel_max or 2047,
+                        channel_max=link.channel_max,
                         frame_max=link.frame_max,
                         heartbeat=heartbeat,
                     ),

@@ -52,6 +52,7 @@ CONFIRM_TIMEOUT_S = 30.0  # after this a publish without a confirm is reported, 
 HEALTHY_CHANNEL_S = 30.0  # a channel that lived this long resets the reopen backoff
 VIOLATION_LOG_INTERVAL_S = 60.0
 REASON_MAX = 4096  # characters of a reason kept in x-acemq-error and in a log line
+SHORT_REASON_MAX = 300  # a reason and a note that fit the smallest frame the broker allows
 ORIGIN_LOG_MAX = 200  # characters of an origin in a log line
 
 
@@ -132,6 +133,11 @@ def _reason_kind(reason: str) -> str:
     Reasons quote names and values from the message after a colon or a double quote.
     """
     return re.split(r'[:"]', reason, maxsplit=1)[0][:80]
+
+
+def _reason_only(reason: str, queue: str) -> dict[str, FieldValue]:
+    """Return the headers of a quarantine copy that cannot carry the original ones."""
+    return {ERROR_HEADER: reason, QUARANTINED_FROM: queue}
 
 
 def _same_table(ours: Mapping[str, FieldValue], theirs: Mapping[str, FieldValue]) -> bool:
@@ -634,18 +640,22 @@ class RouteWorker:
         except (WireError, ValueError, TypeError) as e:
             # The original headers plus the reason outgrow the broker's frame (or, a last
             # resort, do not encode): keep the body, the properties and the reason rather
-            # than hold the message forever.
+            # than hold the message forever; at the broker's smallest frame size, a short
+            # reason.
             log.warning(
                 "route %s: the quarantine copy cannot carry the original headers: %s",
                 self.route.name,
                 e,
                 extra={"route": self.route.name},
             )
-            headers = {
-                ERROR_HEADER: f"{bounded(reason)} (the original headers could not be written: {e})",
-                QUARANTINED_FROM: self.route.queue,
-            }
-            published = await quarantine(headers)
+            note = f" (the original headers could not be written: {e})"
+            try:
+                published = await quarantine(
+                    _reason_only(f"{bounded(reason)}{note}", self.route.queue)
+                )
+            except WireError:
+                short = f"{bounded(reason, SHORT_REASON_MAX)}{bounded(note, SHORT_REASON_MAX)}"
+                published = await quarantine(_reason_only(short, self.route.queue))
         if published is not PublishOutcome.CONFIRMED:
             raise QuarantineFailedError(
                 f'quarantine exchange "{self._quarantine_exchange}" {published.value} the copy'

@@ -217,3 +217,43 @@ async def test_a_return_that_matches_no_publish_closes_the_channel_rather_than_g
     channel.on_control(spec.Channel.CloseOk())
     with pytest.raises(ChannelLostError):
         await inflight
+
+
+async def test_two_closes_send_one_close_and_both_end_together() -> None:
+    """A second Channel.Close on a number the broker already freed would kill the connection."""
+    link = FakeLink()
+    channel = Channel(link, 1)  # type: ignore[arg-type]
+    first = asyncio.create_task(channel.close())
+    second = asyncio.create_task(channel.close())
+    await asyncio.sleep(0)
+    closes = [
+        d for d in link.written if isinstance(pamqp_frame.unmarshal(d)[2], spec.Channel.Close)
+    ]
+    assert len(closes) == 1
+    channel.on_control(spec.Channel.CloseOk())
+    async with asyncio.timeout(1):
+        await asyncio.gather(first, second)
+    with pytest.raises(ChannelLostError):
+        await channel.rpc(spec.Basic.Qos(prefetch_count=1))  # nothing more is sent on it
+
+
+async def test_a_late_reply_to_an_abandoned_rpc_does_not_answer_the_next_one() -> None:
+    channel = Channel(FakeLink(), 1)  # type: ignore[arg-type]
+    with pytest.raises(TimeoutError):
+        await channel.rpc(spec.Basic.Cancel(consumer_tag="c"), timeout_s=0.01)
+    qos = asyncio.create_task(channel.rpc(spec.Basic.Qos(prefetch_count=1)))
+    await asyncio.sleep(0)
+    channel.on_control(spec.Basic.CancelOk(consumer_tag="c"))  # the late one
+    await asyncio.sleep(0)
+    assert not qos.done()
+    channel.on_control(spec.Basic.QosOk())
+    assert isinstance(await qos, spec.Basic.QosOk)
+
+
+async def test_a_server_that_answers_with_its_own_protocol_header_is_a_clear_error() -> None:
+    from sidecar.amqp import _Link  # noqa: PLC0415
+
+    link = _Link(asyncio.get_running_loop())
+    link.data_received(b"AMQP\x00\x00\x09\x00")
+    assert link.closed.is_set()
+    assert "refused AMQP 0-9-1" in str(link.close_reason)
