@@ -665,3 +665,25 @@ async def test_stop_does_not_wait_for_a_broker_that_never_answers(
         async with asyncio.timeout(5):
             assert await asyncio.shield(running.task) == 0
         assert asyncio.get_running_loop().time() - started < 5
+
+
+async def test_at_the_smallest_frame_size_a_long_reject_still_reaches_quarantine(
+    broker: Broker, run_sidecar: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """4 KiB frames: neither the original headers with the reason, nor the whole reason fit."""
+    import sidecar.amqp  # noqa: PLC0415
+
+    monkeypatch.setattr(sidecar.amqp, "_FRAME_MAX", 4096)  # the least a broker may offer
+    topo = await make_topology(broker)
+    # 85 names of 40 bytes: the table just fits a 4 KiB frame; the reason naming them all
+    # and why the original headers were left out does not.
+    names = {f"x-acemq-{'f' * 28}{i:04}": "v" for i in range(85)}
+    async with run_sidecar(one_route(broker, topo, publishers="apps")) as running:
+        await broker.publish(topo.staging, body=b"payload", headers=names, message_id="big-1")
+        (message,) = await broker.take(topo.quarantine, 1)
+        await wait_for(lambda: running.service.readiness().ok, what="still ready")
+    reason = headers_of(message)[ERROR_HEADER]
+    assert f"x-acemq-{'f' * 28}0000" in reason
+    assert "the original headers could not be written" in reason
+    assert message.body == b"payload"
+    assert await broker.depth(topo.staging) == 0
