@@ -70,8 +70,11 @@ async def run_raw_relay(
         await fill(channel, topo.staging, n)
         relay = await connection.channel(publisher_confirms=True)
         await relay.basic_qos(prefetch_count=prefetch)
+        acked = 0
+        all_acked = asyncio.Event()
 
         async def on_message(message: aiormq.abc.DeliveredMessage) -> None:
+            nonlocal acked
             await relay.basic_publish(
                 message.body,
                 exchange=topo.exchange,
@@ -79,10 +82,16 @@ async def run_raw_relay(
                 properties=message.header.properties,
             )
             await relay.basic_ack(message.delivery.delivery_tag)  # type: ignore[arg-type]
+            acked += 1
+            if acked >= n:
+                all_acked.set()
 
         await relay.basic_consume(topo.staging, lambda m: asyncio.ensure_future(on_message(m)))
         t0 = await consumer_attached(channel, topo.staging)
         t1 = await drained(channel, topo.staging, {topo.target: n})
+        # The target can hold every copy before the last acks are sent: closing the channel
+        # under them would be a channel error.
+        await asyncio.wait_for(all_acked.wait(), timeout=60)
         await relay.close()
     return n / (t1 - t0)
 
