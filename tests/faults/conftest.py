@@ -32,7 +32,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from sidecar.wire import Int32, Int64, Timestamp
-from tests.e2e.conftest import Sidecar, eventually
+from tests.e2e.conftest import Flow, Sidecar, eventually
 from tests.support import Broker
 
 if TYPE_CHECKING:
@@ -136,24 +136,15 @@ class Fate(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class Lane:
+class Lane(Flow):
     """One route: staging exchange (keeps routing keys) -> staging -> target exchange -> queue."""
 
-    name: str
     publishers: str
-    staging: str
     staging_exchange: str
-    exchange: str
-    target: str
 
     def route(self) -> dict[str, Any]:
-        """Return this lane as a route-map entry."""
-        return {
-            "name": self.name,
-            "from": self.staging,
-            "to": {"exchange": self.exchange, "routing_key": "keep"},
-            "publishers": self.publishers,
-        }
+        """Return this lane as a route-map entry, with its publishers."""
+        return {**Flow.route(self), "publishers": self.publishers}
 
 
 async def declare_target(broker: Broker, lane: Lane) -> None:
