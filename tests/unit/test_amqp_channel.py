@@ -257,3 +257,43 @@ async def test_a_server_that_answers_with_its_own_protocol_header_is_a_clear_err
     link.data_received(b"AMQP\x00\x00\x09\x00")
     assert link.closed.is_set()
     assert "refused AMQP 0-9-1" in str(link.close_reason)
+
+
+class FakeTransport:
+    """Enough of an asyncio transport for the link: it records writes and aborts."""
+
+    def __init__(self) -> None:
+        self.written = bytearray()
+        self.aborted = False
+
+    def write(self, data: bytes) -> None:
+        """Keep what the link sends."""
+        self.written += data
+
+    def is_closing(self) -> bool:
+        """Closing once aborted."""
+        return self.aborted
+
+    def abort(self) -> None:
+        """Drop the connection."""
+        self.aborted = True
+
+
+async def test_an_idle_link_sends_heartbeats_and_a_silent_broker_is_dropped() -> None:
+    from sidecar.amqp import _Link  # noqa: PLC0415
+    from sidecar.frames import HEARTBEAT  # noqa: PLC0415
+
+    link = _Link(asyncio.get_running_loop())
+    transport = FakeTransport()
+    link.connection_made(transport)  # type: ignore[arg-type]
+    link.start_heartbeat(1)
+    await asyncio.sleep(1.2)
+    assert HEARTBEAT in transport.written  # nothing else was written: we say we are alive
+    assert not link.closed.is_set()
+    link.data_received(HEARTBEAT)  # the broker is alive too
+    await asyncio.sleep(1.2)
+    assert not link.closed.is_set()
+    async with asyncio.timeout(3):
+        await link.closed.wait()  # two intervals of silence
+    assert transport.aborted
+    assert "no heartbeat" in str(link.close_reason)
