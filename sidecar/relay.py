@@ -196,6 +196,11 @@ class _RateLimit:
         self.last[key] = now
         return self.quiet.pop(key, 0)
 
+    def take_quiet(self) -> dict[tuple[str, str], int]:
+        """Return the keys kept quiet since their last line, with how often; forget them."""
+        quiet, self.quiet = self.quiet, {}
+        return quiet
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _Copy:
@@ -331,6 +336,28 @@ class RouteWorker:
         self._set_gauge(up=False)
         if self._pause_reason is None:
             self._pause_reason = "stopped"
+        self._log_quiet()
+
+    def _log_quiet(self) -> None:
+        """Say how many lines the rate limits held back, so a stop loses no count."""
+        route = self.route.name
+        for (kind, header), count in self._violation_log.take_quiet().items():
+            log.info(
+                "route %s: %d more %s on %s since the last line",
+                route,
+                count,
+                kind,
+                header,
+                extra={"route": route, "kind": kind, "header": header, "suppressed": count},
+            )
+        for (_, reason), count in self._quarantine_log.take_quiet().items():
+            log.info(
+                "route %s quarantined %d more messages (%s...) since the last line",
+                route,
+                count,
+                reason,
+                extra={"route": route, "suppressed": count},
+            )
 
     async def _open_unless_stopped(self, connection: Connection) -> Channel | None:
         """Open the route's channel, or give up when a stop comes first.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import socket
 import time
 from collections import Counter
@@ -450,3 +451,26 @@ def violation_lines(sidecar: Sidecar) -> list[dict[str, object]]:
         for record in json_lines(sidecar.stderr())
         if record.get("kind") == "unknown_reserved" and record.get("route") == "orders"
     ]
+
+
+async def test_a_stop_logs_what_the_rate_limit_held_back(broker: Broker, sidecar: Sidecar) -> None:
+    """Five identical violations in one interval: one line, then "4 more" when it stops."""
+    few = Sample("few", "order.placed", FLOOD_HEADERS, {"message_id": "{id}"}, count=5)
+    stage, quarantine, _, orders, invoices = await declare_routes(broker)
+    write_route_map(sidecar, quarantine=quarantine, orders=orders, invoices=invoices)
+    await sidecar.start()
+    await publish_sample(broker, few, exchange=stage)
+
+    async def relayed() -> bool:
+        return await sidecar.metric(P + "messages_total", route="orders") >= few.count
+
+    await eventually(
+        relayed, timeout_s=SETTLE_TIMEOUT_S, what="five relayed", context=sidecar.output
+    )
+    sidecar.send(signal.SIGTERM)
+    assert await sidecar.wait_exit(timeout_s=30) == 0, sidecar.output()
+    lines = violation_lines(sidecar)
+    assert [line["suppressed"] for line in lines] == [0, 4], lines
+    assert (
+        lines[-1]["msg"] == "route orders: 4 more unknown_reserved on x-acemq-* since the last line"
+    )
