@@ -55,16 +55,18 @@ from sidecar.frames import (
     parse_deliver,
     parse_return,
     publish_frames,
+    put_shortstr,
+    read_shortstr,
 )
 from sidecar.frames import content_header as encode_content_header
-from sidecar.wire import Timestamp, decode_table, encode_table_for_pamqp
+from sidecar.wire import Timestamp, decode_table_for_pamqp, encode_table_for_pamqp
 
 if TYPE_CHECKING:
     import ssl
     from collections.abc import Callable, Coroutine, Mapping
 
     from sidecar.contract import PropertyValue
-    from sidecar.wire import FieldTable, FieldValue
+    from sidecar.wire import FieldValue
 
 __all__ = [
     "Channel",
@@ -80,7 +82,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-_SHORTSTR_MAX = 255
 CLOSE_TIMEOUT_S = 5.0  # cancel and close wait this long for the broker, no longer
 _PROTOCOL_HEADER: Final = b"AMQP\x00\x00\x09\x01"
 _FRAME_MAX: Final = 131_072  # what we ask for; the broker may lower it
@@ -126,11 +127,6 @@ class _ChannelClosedError(ChannelLostError):
 # --- pamqp's codec, for the frames that go through it ------------------------------------
 
 
-def _decode_table_hook(data: bytes) -> tuple[int, FieldTable]:
-    table, end = decode_table(data)
-    return end, table
-
-
 def _encode_table_hook(value: object) -> bytes:
     if isinstance(value, UndecodableTable):
         return value.raw
@@ -140,17 +136,14 @@ def _encode_table_hook(value: object) -> bytes:
 def _decode_shortstr_hook(data: bytes) -> tuple[int, str]:
     if not data:
         raise ValueError("Could not unpack short string: no data")
-    length = data[0]
-    if len(data) < length + 1:
-        raise ValueError("Could not unpack short string: truncated")
-    return length + 1, bytes(data[1 : length + 1]).decode("utf-8", "surrogateescape")
+    value, end = read_shortstr(bytes(data), 0)
+    return end, value
 
 
 def _encode_shortstr_hook(value: str) -> bytes:
-    raw = value.encode("utf-8", "surrogateescape")
-    if len(raw) > _SHORTSTR_MAX:
-        raise WireError(f"short string of {len(raw)} bytes exceeds 255: {value[:40]!r}...")
-    return bytes((len(raw),)) + raw
+    out: list[bytes] = []
+    put_shortstr(value, out, "short string")
+    return b"".join(out)
 
 
 def _decode_timestamp_hook(data: bytes) -> tuple[int, Timestamp]:
@@ -169,7 +162,7 @@ def _encode_timestamp_hook(value: int | dt.datetime) -> bytes:
 
 
 _HOOKS: Final = {
-    "table": (_decode_table_hook, _encode_table_hook),
+    "table": (decode_table_for_pamqp, _encode_table_hook),
     "shortstr": (_decode_shortstr_hook, _encode_shortstr_hook),
     "timestamp": (_decode_timestamp_hook, _encode_timestamp_hook),
 }

@@ -46,6 +46,8 @@ __all__ = [
     "parse_deliver",
     "parse_return",
     "publish_frames",
+    "put_shortstr",
+    "read_shortstr",
 ]
 
 FRAME_METHOD: Final = 1
@@ -134,7 +136,8 @@ class ContentHeader:
 # --- reading -------------------------------------------------------------------------------
 
 
-def _shortstr(buf: bytes, at: int) -> tuple[str, int]:
+def read_shortstr(buf: bytes, at: int) -> tuple[str, int]:
+    """Read the short string at ``at``; return it and where it ends."""
     end = at + 1 + buf[at]
     if end > len(buf):
         raise WireError(f"short string at byte {at} runs past the end of its frame")
@@ -145,10 +148,10 @@ def _shortstr(buf: bytes, at: int) -> tuple[str, int]:
 def parse_deliver(payload: bytes) -> BasicDeliver:
     """Read a ``basic.deliver`` method payload (class and method ids included)."""
     try:
-        consumer_tag, at = _shortstr(payload, 4)
+        consumer_tag, at = read_shortstr(payload, 4)
         delivery_tag, bits = _TAG.unpack_from(payload, at)
-        exchange, at = _shortstr(payload, at + 9)
-        routing_key, _ = _shortstr(payload, at)
+        exchange, at = read_shortstr(payload, at + 9)
+        routing_key, _ = read_shortstr(payload, at)
     except (IndexError, struct.error) as e:
         raise WireError(f"basic.deliver is truncated: {e}") from None
     return BasicDeliver(consumer_tag, delivery_tag, bool(bits & 1), exchange, routing_key)
@@ -158,9 +161,9 @@ def parse_return(payload: bytes) -> BasicReturn:
     """Read a ``basic.return`` method payload (class and method ids included)."""
     try:
         (reply_code,) = struct.unpack_from(">H", payload, 4)
-        reply_text, at = _shortstr(payload, 6)
-        exchange, at = _shortstr(payload, at)
-        routing_key, _ = _shortstr(payload, at)
+        reply_text, at = read_shortstr(payload, 6)
+        exchange, at = read_shortstr(payload, at)
+        routing_key, _ = read_shortstr(payload, at)
     except (IndexError, struct.error) as e:
         raise WireError(f"basic.return is truncated: {e}") from None
     return BasicReturn(reply_code, reply_text, exchange, routing_key)
@@ -190,7 +193,7 @@ def parse_content_header(payload: bytes) -> ContentHeader:
             if not flags & bit:
                 continue
             if kind == "s":
-                properties[name], at = _shortstr(payload, at)
+                properties[name], at = read_shortstr(payload, at)
             elif kind == "F":
                 headers, at = _read_table(payload, at)
             elif kind == "o":
@@ -219,7 +222,8 @@ def _read_table(payload: bytes, at: int) -> tuple[FieldTable | UndecodableTable,
 # --- writing -------------------------------------------------------------------------------
 
 
-def _put_shortstr(value: str, out: list[bytes], what: str) -> None:
+def put_shortstr(value: str, out: list[bytes], what: str) -> None:
+    """Append the wire bytes of a short string; ``what`` names it in the error."""
     raw = value.encode("utf-8", "surrogateescape")
     if len(raw) > _SHORTSTR_MAX:
         raise WireError(f"{what} is {len(raw)} bytes, over the 255 a short string allows")
@@ -247,7 +251,7 @@ def _properties_payload(
             continue
         flags |= bit
         if kind == "s":
-            _put_shortstr(str(value), out, f"property {name}")
+            put_shortstr(str(value), out, f"property {name}")
         elif kind == "o":
             if not isinstance(value, int) or not 0 <= value <= 0xFF:
                 raise WireError(f"property {name} is {value!r}, not an octet (0..255)")
@@ -299,8 +303,8 @@ def publish_frames(
     Raises :class:`WireError` (and writes nothing) for a name over 255 bytes.
     """
     method: list[bytes] = [b"\x00\x3c\x00\x28\x00\x00"]  # basic.publish, ticket 0
-    _put_shortstr(exchange, method, "exchange name")
-    _put_shortstr(routing_key, method, "routing key")
+    put_shortstr(exchange, method, "exchange name")
+    put_shortstr(routing_key, method, "routing key")
     method.append(b"\x01" if mandatory else b"\x00")
     method_payload = b"".join(method)
     end = b"\xce"
