@@ -361,16 +361,13 @@ def _wire_bytes(text: str) -> bytes:
 
 
 def _reject_reason(names: list[str]) -> str:
+    # CONTRACT.md section 4's sentence with every offending name in it, sorted; kept word
+    # for word (not made plural) so that each of its phrases holds for any number of names.
     quoted = ", ".join(f'"{readable(name)}"' for name in sorted(names))
-    if len(names) == 1:
-        said = f'header {quoted} is in the reserved "{RESERVED_PREFIX}" namespace and was set'
-        fate = "it would be dropped"
-    else:
-        said = f'headers {quoted} are in the reserved "{RESERVED_PREFIX}" namespace and were set'
-        fate = "they would be dropped"
     return (
-        f"{said} by the application; {fate} by every AceMQ consumer; "
-        "use a namespace of your own, such as x-yourcompany-"
+        f'header {quoted} is in the reserved "{RESERVED_PREFIX}" namespace and was set by the '
+        "application; it would be dropped by every AceMQ consumer; use a namespace of your "
+        "own, such as x-yourcompany-"
     )
 
 

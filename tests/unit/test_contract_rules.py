@@ -179,6 +179,19 @@ def test_reject_reason_lists_every_name_sorted(new_id: Callable[[], str]) -> Non
     assert pairs(verdict) == [("app_reserved", "x-acemq-*")] * 2
 
 
+def test_reject_reason_for_several_names_keeps_every_phrase_of_the_contract(
+    new_id: Callable[[], str],
+) -> None:
+    """CONTRACT.md section 4's sentence, with the sorted list where its one name stands."""
+    verdict = run(new_id, {"x-acemq-b": "1", "x-acemq-a": "2"}, publishers=Publishers.APPS)
+    assert isinstance(verdict, Reject)
+    assert verdict.reason == (
+        'header "x-acemq-a", "x-acemq-b" is in the reserved "x-acemq-" namespace and was set'
+        " by the application; it would be dropped by every AceMQ consumer; use a namespace"
+        " of your own, such as x-yourcompany-"
+    )
+
+
 def test_legacy_void_does_not_beat_nothing(new_id: Callable[[], str]) -> None:
     """A void legacy stamp is removed as a void; nothing is renamed."""
     verdict = run(new_id, {"x-acemq-replay-count": None})
