@@ -64,8 +64,13 @@ def test_every_manifest_validates_strictly(values_file: Path, kube_version: str)
 
 
 def test_minimal_values_render_the_standalone_objects(minimal_manifests: list[Manifest]) -> None:
-    """Defaults: a Deployment, its route map and a metrics Service; monitoring stays off."""
-    assert sorted(m.kind for m in minimal_manifests) == ["ConfigMap", "Deployment", "Service"]
+    """Defaults: a Deployment, its disruption budget, route map and metrics Service."""
+    assert sorted(m.kind for m in minimal_manifests) == [
+        "ConfigMap",
+        "Deployment",
+        "PodDisruptionBudget",
+        "Service",
+    ]
 
 
 def test_full_values_render_every_object(full_manifests: list[Manifest]) -> None:
@@ -74,6 +79,7 @@ def test_full_values_render_every_object(full_manifests: list[Manifest]) -> None
         "ConfigMap",
         "ConfigMap",
         "Deployment",
+        "PodDisruptionBudget",
         "PrometheusRule",
         "Service",
         "ServiceMonitor",
@@ -268,6 +274,28 @@ def test_replicas_are_competing_consumers() -> None:
     manifests = render(values)
     assert "Deployment" not in {m.kind for m in manifests}
     assert "ConfigMap" in {m.kind for m in manifests}  # still there for including charts
+
+
+def test_disruption_budget_covers_the_replicas_and_follows_its_values() -> None:
+    """One replica at a time by default, minAvailable when set, none without a Deployment."""
+    values = read_values(MINIMAL_VALUES)
+    manifests = render(values)
+    budget = only(manifests, "PodDisruptionBudget").body["spec"]
+    deployment = only(manifests, "Deployment").body["spec"]
+    assert budget["selector"] == deployment["selector"]
+    assert budget["maxUnavailable"] == 1
+    assert "minAvailable" not in budget
+
+    values["deployment"] = {"enabled": True, "podDisruptionBudget": {"minAvailable": "50%"}}
+    budget = only(render(values), "PodDisruptionBudget").body["spec"]
+    assert budget == {"minAvailable": "50%", "selector": deployment["selector"]}
+
+    for deployment_values in (
+        {"enabled": True, "podDisruptionBudget": {"enabled": False}},
+        {"enabled": False},
+    ):
+        values["deployment"] = deployment_values
+        assert "PodDisruptionBudget" not in {m.kind for m in render(values)}
 
 
 def test_image_tag_follows_the_release() -> None:

@@ -46,6 +46,16 @@ SCHEMA_VIOLATIONS = [
     ("typo in a toggle", {"serviceMonitor": {"enable": True}}, "/serviceMonitor"),
     ("bad duration", {"prometheusRule": {"alerts": {"routeDown": {"for": "5 min"}}}}, "for"),
     ("long port name", {"portName": "acemq-sidecar-metrics"}, "/portName"),
+    (
+        "budget in words",
+        {"deployment": {"podDisruptionBudget": {"maxUnavailable": "half"}}},
+        "/deployment/podDisruptionBudget/maxUnavailable",
+    ),
+    (
+        "typo in the budget",
+        {"deployment": {"podDisruptionBudget": {"minAvailible": 1}}},
+        "/deployment/podDisruptionBudget",
+    ),
 ]
 
 
