@@ -264,11 +264,13 @@ class FakeTransport:
 
     def __init__(self) -> None:
         self.written = bytearray()
+        self.chunks: list[bytes] = []  # one per write call
         self.aborted = False
 
     def write(self, data: bytes) -> None:
         """Keep what the link sends."""
         self.written += data
+        self.chunks.append(data)
 
     def is_closing(self) -> bool:
         """Closing once aborted."""
@@ -297,3 +299,27 @@ async def test_an_idle_link_sends_heartbeats_and_a_silent_broker_is_dropped() ->
         await link.closed.wait()  # two intervals of silence
     assert transport.aborted
     assert "no heartbeat" in str(link.close_reason)
+
+
+async def test_writes_leave_once_per_turn_and_in_batches_when_a_turn_queues_more() -> None:
+    """A few frames go out in one write at the end of the turn; a big turn sends as it goes."""
+    from sidecar.amqp import _WRITE_BATCH_BYTES, _Link  # noqa: PLC0415
+
+    link = _Link(asyncio.get_running_loop())
+    transport = FakeTransport()
+    link.connection_made(transport)  # type: ignore[arg-type]
+    transport.chunks.clear()  # the protocol header
+    link.write(b"ack-1")
+    link.write(b"ack-2")
+    assert transport.chunks == []
+    await asyncio.sleep(0)
+    assert transport.chunks == [b"ack-1ack-2"]
+
+    part = _WRITE_BATCH_BYTES * 5 // 8  # two parts pass the batch size, one does not
+    parts = [bytes([n]) * part for n in range(5)]
+    for data in parts:
+        link.write(data)
+    assert [len(chunk) for chunk in transport.chunks[1:]] == [2 * part, 2 * part]
+    await asyncio.sleep(0)
+    assert [len(chunk) for chunk in transport.chunks[1:]] == [2 * part, 2 * part, part]
+    assert b"".join(transport.chunks[1:]) == b"".join(parts)  # in order, nothing lost
