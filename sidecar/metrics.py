@@ -52,14 +52,16 @@ RELAY_SECONDS_BUCKETS = (
     10.0,
 )
 
-# The (kind, header) pairs the Helm chart's drift alert watches; created at zero per route
-# so that `increase(...) > 0` fires on the first violation rather than on the second.
+# The (kind, header) pairs the Helm chart's drift alert watches (CONTRACT.md sections 4, 5
+# and 7); created at zero per route so that `increase(...) > 0` fires on the first violation
+# rather than on the second.
 DRIFT_VIOLATIONS: tuple[tuple[str, str], ...] = (
     (Kind.APP_RESERVED, "x-acemq-*"),
     (Kind.UNKNOWN_RESERVED, "x-acemq-*"),
     (Kind.LEGACY_NAME, "x-acemq-replayed-from"),
     (Kind.LEGACY_NAME, "x-acemq-replayed-at"),
     (Kind.LEGACY_NAME, "x-acemq-replay-count"),
+    (Kind.UNPORTABLE, "app"),
 )
 
 

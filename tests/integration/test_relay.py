@@ -340,17 +340,17 @@ async def test_foreign_user_id_is_moved(
         assert headers_of(message)["acemq-original-user-id"] == "guest"
 
 
-async def test_unencodable_copy_is_quarantined(
+async def test_an_id_too_long_for_message_id_is_relayed_in_its_header(
     broker: Broker, run_sidecar: Callable[..., Any]
 ) -> None:
-    """An id too long for message_id cannot be mirrored; the message is quarantined, not lost."""
+    """CONTRACT.md section 2: a 300-byte id travels in x-acemq-id; message_id stays as it came."""
     topo = await make_topology(broker)
     long_id = "x" * 300
     async with run_sidecar(one_route(broker, topo)):
         await broker.publish(topo.staging, headers=envelope(long_id), message_id="short")
-        (message,) = await broker.take(topo.quarantine, 1)
-    assert "cannot be encoded" in headers_of(message)[ERROR_HEADER]
+        (message,) = await broker.take(topo.target, 1)
     assert headers_of(message)["x-acemq-id"] == long_id
+    assert message.header.properties.message_id == "short"
 
 
 async def test_prefetch_bounds_in_flight_and_work_is_pipelined(

@@ -88,6 +88,7 @@ def test_drift_series_match_the_contracts_labels() -> None:
         (Kind.APP_RESERVED, contract.UNKNOWN_RESERVED_LABEL),
         (Kind.UNKNOWN_RESERVED, contract.UNKNOWN_RESERVED_LABEL),
         *((Kind.LEGACY_NAME, legacy) for legacy in contract.LEGACY_NAMES),
+        (Kind.UNPORTABLE, contract.APP_LABEL),
     }
     assert set(DRIFT_VIOLATIONS) == expected
 
