@@ -153,8 +153,8 @@ def expected_violations(
 # (argument parsing, logging set-up, the service) is the real command line.
 _LAUNCH = (
     "import sys, runpy, sidecar.relay as relay\n"
-    "assert hasattr(relay, 'VIOLATION_LOG_INTERVAL_S'), 'relay.py renamed the interval'\n"
-    "relay.VIOLATION_LOG_INTERVAL_S = float(sys.argv.pop(1))\n"
+    "assert hasattr(relay, 'LOG_INTERVAL_S'), 'relay.py renamed the interval'\n"
+    "relay.LOG_INTERVAL_S = float(sys.argv.pop(1))\n"
     "runpy.run_module('sidecar', run_name='__main__', alter_sys=True)\n"
 )
 

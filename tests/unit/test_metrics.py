@@ -10,7 +10,8 @@ from prometheus_client import CollectorRegistry
 
 from sidecar import contract
 from sidecar.contract import Kind, Violation
-from sidecar.metrics import DRIFT_VIOLATIONS, Metrics, Outcome, ReloadResult
+from sidecar.metrics import DRIFT_VIOLATIONS, Metrics, ReloadResult
+from sidecar.settlement import Outcome
 
 if TYPE_CHECKING:
     from prometheus_client.samples import Sample
