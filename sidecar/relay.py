@@ -14,13 +14,14 @@ import asyncio
 import contextlib
 import logging
 import random
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, assert_never
 
 from sidecar.amqp import ChannelLostError, MissingEntityError
 from sidecar.backoff import Backoff
-from sidecar.contract import Policy, Reject, Relay
+from sidecar.contract import Policy
 from sidecar.errors import WireError
+from sidecar.route_log import RouteLog
+from sidecar.route_state import HeldDelivery, RouteState
 from sidecar.routes import Mode
 from sidecar.settlement import (
     Copy,
@@ -30,12 +31,9 @@ from sidecar.settlement import (
     Quarantine,
     Target,
     after_publish,
-    bounded,
     internal_error,
-    log_origin,
     plan_delivery,
     quarantine_copy,
-    reason_kind,
     reason_only,
     slow_confirm,
     unencodable,
@@ -47,242 +45,19 @@ if TYPE_CHECKING:
 
     from sidecar.amqp import Channel, Connection
     from sidecar.clock import Clock
-    from sidecar.contract import PropertyValue, Verdict
+    from sidecar.contract import PropertyValue
     from sidecar.delivery import Delivery, PublishOutcome
     from sidecar.metrics import Metrics
     from sidecar.routes import Route
     from sidecar.settlement import Decision, Plan
     from sidecar.wire import FieldValue
 
-__all__ = ["CONFIRM_TIMEOUT_S", "RouteLog", "RouteState", "RouteWorker"]
+__all__ = ["CONFIRM_TIMEOUT_S", "RouteWorker", "Settler"]
 
 log = logging.getLogger(__name__)
 
 CONFIRM_TIMEOUT_S = 30.0  # after this a publish without a confirm is reported, not resent
 HEALTHY_CHANNEL_S = 30.0  # a channel that lived this long resets the reopen backoff
-LOG_INTERVAL_S = 60.0  # one line per violation kind, pause or quarantine reason per interval
-
-
-@dataclass(slots=True)
-class _RateLimit:
-    """Lets a key through at most once per interval (a violation kind, a pause reason).
-
-    ``admit`` returns None for a key to stay quiet about, else how many times the key was
-    kept quiet since it was last let through, so the line can say what it stands for.
-    """
-
-    interval_s: float
-    last: dict[tuple[str, str], float] = field(default_factory=dict)
-    quiet: dict[tuple[str, str], int] = field(default_factory=dict)
-
-    def admit(self, key: tuple[str, str], now: float) -> int | None:
-        seen = self.last.get(key)
-        if seen is not None and now - seen < self.interval_s:
-            self.quiet[key] = self.quiet.get(key, 0) + 1
-            return None
-        self.last[key] = now
-        return self.quiet.pop(key, 0)
-
-    def take_quiet(self) -> dict[tuple[str, str], int]:
-        """Return the keys kept quiet since their last line, with how often; forget them."""
-        quiet, self.quiet = self.quiet, {}
-        return quiet
-
-
-class RouteLog:
-    """One route's log lines, each kind rate-limited so a flood of bad messages is one line.
-
-    Nothing is lost to the limits: every line says how many it stands for, and ``stopped``
-    says what was held back since the last one.
-    """
-
-    def __init__(self, route: str, *, interval_s: float | None = None) -> None:
-        self._route = route
-        interval_s = LOG_INTERVAL_S if interval_s is None else interval_s
-        self._violations = _RateLimit(interval_s)
-        self._pauses = _RateLimit(interval_s)
-        self._quarantines = _RateLimit(interval_s)
-
-    def violations(self, verdict: Verdict, delivery: Delivery, *, now: float) -> None:
-        """Log each ``(kind, header)`` of a verdict at most once per interval.
-
-        The line carries what a metric label must not: the real names of stripped
-        reserved headers and a reject's reason (CONTRACT.md section 6).
-        """
-        route = self._route
-        origin = log_origin(verdict, delivery)
-        for violation in verdict.violations:
-            kind, header = str(violation.kind), violation.header
-            suppressed = self._violations.admit((kind, header), now)
-            if suppressed is None:
-                continue
-            extra: dict[str, object] = {
-                "route": route,
-                "kind": kind,
-                "header": header,
-                "message_id": delivery.properties.get("message_id"),
-                "origin": origin,
-                "suppressed": suppressed,
-            }
-            match verdict:
-                case Relay(stripped=stripped) if stripped and kind == "unknown_reserved":
-                    extra["names"] = ", ".join(stripped)
-                case Reject(reason=reason):
-                    extra["reason"] = bounded(reason)
-            log.info("route %s: %s on %s", route, kind, header, extra=extra)
-
-    def paused(self, reason: str, *, now: float, was_up: bool) -> None:
-        """Log a pause: always when the route was up, else once per reason per interval.
-
-        Held deliveries may alternate reasons at every retry.
-        """
-        if was_up or self._pauses.admit(("pause", reason), now) is not None:
-            log.warning(
-                "route %s paused: %s; retrying with backoff",
-                self._route,
-                reason,
-                extra={"route": self._route},
-            )
-
-    def quarantined(self, reason: str, delivery: Delivery, *, now: float) -> None:
-        """Log a quarantine once per kind of reason per interval: the queue keeps them all."""
-        suppressed = self._quarantines.admit(("quarantine", reason_kind(reason)), now)
-        if suppressed is not None:
-            log.info(
-                "route %s quarantined a message: %s",
-                self._route,
-                bounded(reason),
-                extra={
-                    "route": self._route,
-                    "message_id": delivery.properties.get("message_id"),
-                    "suppressed": suppressed,
-                },
-            )
-
-    def stopped(self) -> None:
-        """Say how many lines the rate limits held back, so a stop loses no count."""
-        route = self._route
-        for (kind, header), count in self._violations.take_quiet().items():
-            log.info(
-                "route %s: %d more %s on %s since the last line",
-                route,
-                count,
-                kind,
-                header,
-                extra={"route": route, "kind": kind, "header": header, "suppressed": count},
-            )
-        for (_, reason), count in self._quarantines.take_quiet().items():
-            log.info(
-                "route %s quarantined %d more messages (%s...) since the last line",
-                route,
-                count,
-                reason,
-                extra={"route": route, "suppressed": count},
-            )
-
-
-class RouteState:
-    """Whether one route consumes, why not, and what it holds: what /readyz and route_up say.
-
-    The only writer of the route's ``route_up`` and ``in_flight`` series. A route is up
-    while its channel consumes and no delivery is held; a held delivery (the broker will
-    not take its copy for now) keeps it paused until that delivery is settled.
-    """
-
-    def __init__(self, route: str, *, metrics: Metrics, log: RouteLog, clock: Clock) -> None:
-        self._route = route
-        self._metrics = metrics
-        self._log = log
-        self._clock = clock
-        self.pause_reason: str | None = "starting"
-        self.stopping = False
-        self.held = 0  # deliveries waiting for the broker to take their copy
-        self.in_flight = 0
-        self.idle = asyncio.Event()
-        self.idle.set()
-        self.acked_since_open = False
-        # False once a reload has handed the route's gauge to this worker's successor.
-        self._owns_gauge = True
-
-    def hand_over(self) -> None:
-        """Leave the route's route_up to a successor that runs the route now (a reload)."""
-        self._owns_gauge = False
-
-    def consuming(self, *, queue: str, exchange: str) -> None:
-        """Record that the channel consumes; up unless deliveries held on an old one remain."""
-        if self.held == 0:
-            self.pause_reason = None
-            self._set_up(up=True)
-        log.info(
-            "route %s consuming %s -> exchange %r",
-            self._route,
-            queue,
-            exchange,
-            extra={"route": self._route},
-        )
-
-    def pause(self, reason: str) -> None:
-        """Record that the route cannot consume or settle for now, and why (unless stopping)."""
-        if self.stopping:
-            return
-        self._set_up(up=False)
-        was_up = self.pause_reason is None
-        self._log.paused(reason, now=self._clock.monotonic(), was_up=was_up)
-        self.pause_reason = reason
-
-    def settled(self, *, channel_open: bool) -> None:
-        """Record an acked delivery: once nothing is held, the route works (again)."""
-        self.acked_since_open = True
-        if self.pause_reason is not None and self.held == 0 and channel_open and not self.stopping:
-            log.info("route %s resumed", self._route, extra={"route": self._route})
-            self.pause_reason = None
-            self._set_up(up=True)
-
-    def stopped(self) -> None:
-        """Record that the worker ended: the route is down."""
-        self._set_up(up=False)
-        if self.pause_reason is None:
-            self.pause_reason = "stopped"
-
-    def begin(self) -> None:
-        """Count a delivery that arrived as in flight."""
-        self.in_flight += 1
-        self.idle.clear()
-        self._metrics.add_in_flight(self._route, 1)
-
-    def end(self) -> None:
-        """Count a delivery settled or let go as no longer in flight."""
-        self.in_flight -= 1
-        self._metrics.add_in_flight(self._route, -1)
-        if self.in_flight == 0:
-            self.idle.set()
-
-    def _set_up(self, *, up: bool) -> None:
-        if self._owns_gauge:
-            self._metrics.set_route_up(self._route, up=up)
-
-
-class _Held:
-    """One delivery's share in its route's count of held deliveries."""
-
-    __slots__ = ("_held", "_state")
-
-    def __init__(self, state: RouteState) -> None:
-        self._state = state
-        self._held = False
-
-    def take(self, reason: str) -> None:
-        """Count the delivery as held (once) and pause the route with the reason."""
-        if not self._held:
-            self._held = True
-            self._state.held += 1
-        self._state.pause(reason)
-
-    def release(self) -> None:
-        """Stop counting the delivery as held (it was settled or let go)."""
-        if self._held:
-            self._held = False
-            self._state.held -= 1
 
 
 class RouteWorker:
@@ -300,22 +75,24 @@ class RouteWorker:
         rng: random.Random | None = None,
     ) -> None:
         self.route = route
-        self._target = Target(
-            queue=route.queue,
-            exchange=route.exchange,
-            routing_key=route.routing_key,
-            audit=route.mode is Mode.AUDIT,
-            policy=Policy(publishers=route.publishers, origin=route.origin, login=login),
-        )
         self._quarantine_exchange = quarantine_exchange
-        self._login = login
-        self._metrics = metrics
         self._clock = clock
-        self._new_id = new_id
         self._backoff = Backoff(rng=rng or random.Random())  # noqa: S311 - jitter, not security
         self._stop = asyncio.Event()
         self._log = RouteLog(route.name)
         self.state = RouteState(route.name, metrics=metrics, log=self._log, clock=clock)
+        self._settler = Settler(
+            route,
+            quarantine_exchange=quarantine_exchange,
+            login=login,
+            metrics=metrics,
+            clock=clock,
+            new_id=new_id,
+            state=self.state,
+            log=self._log,
+            stop=self._stop,
+            rng=self._backoff.rng,
+        )
         self._consumer_tag = f"acemq-sidecar.{route.name}"
 
     @property
@@ -400,7 +177,7 @@ class RouteWorker:
         channel = await connection.channel(prefetch=route.prefetch)
 
         async def on_delivery(delivery: Delivery) -> None:
-            await self._settle(channel, delivery)
+            await self._settler.settle(channel, delivery)
 
         # Up before the first delivery can arrive, so a delivery's pause is not undone.
         self.state.consuming(queue=route.queue, exchange=route.exchange)
@@ -441,9 +218,47 @@ class RouteWorker:
             )
         await channel.close()
 
-    # --- one delivery ---
 
-    async def _settle(self, channel: Channel, delivery: Delivery) -> None:
+class Settler:
+    """Settles one route's deliveries: plan once, publish until the broker takes it, ack.
+
+    The plan and the reading of every broker answer are ``sidecar.settlement``'s; this
+    class does the I/O they call for, on the channel the delivery came on.
+    """
+
+    def __init__(
+        self,
+        route: Route,
+        *,
+        quarantine_exchange: str,
+        login: str,
+        metrics: Metrics,
+        clock: Clock,
+        new_id: Callable[[], str],
+        state: RouteState,
+        log: RouteLog,
+        stop: asyncio.Event,
+        rng: random.Random,
+    ) -> None:
+        self.route = route
+        self._target = Target(
+            queue=route.queue,
+            exchange=route.exchange,
+            routing_key=route.routing_key,
+            audit=route.mode is Mode.AUDIT,
+            policy=Policy(publishers=route.publishers, origin=route.origin, login=login),
+        )
+        self._quarantine_exchange = quarantine_exchange
+        self._login = login
+        self._metrics = metrics
+        self._clock = clock
+        self._new_id = new_id
+        self._state = state
+        self._log = log
+        self._stop = stop
+        self._rng = rng
+
+    async def settle(self, channel: Channel, delivery: Delivery) -> None:
         """Settle one delivery: publish what the plan says until the broker takes it, then ack.
 
         The plan is made once. When the broker will not take a copy for now (``Hold``), the
@@ -452,10 +267,10 @@ class RouteWorker:
         delivery limit. A publish without a confirm is never sent twice: its first outcome
         is awaited however long it takes.
         """
-        state, route = self.state, self.route.name
+        state, route = self._state, self.route.name
         state.begin()
         started = self._clock.monotonic()
-        held = _Held(state)
+        held = HeldDelivery(state)
         try:
             outcome = await self._carry_out(channel, delivery, self._plan(delivery), held)
             if outcome is not None and await channel.ack(delivery.delivery_tag):
@@ -491,7 +306,7 @@ class RouteWorker:
         return plan
 
     async def _carry_out(
-        self, channel: Channel, delivery: Delivery, plan: Plan, held: _Held
+        self, channel: Channel, delivery: Delivery, plan: Plan, held: HeldDelivery
     ) -> Outcome | None:
         """Publish what the plan says until the broker takes it; None when we must let go."""
         backoff: Backoff | None = None
@@ -506,7 +321,7 @@ class RouteWorker:
                     plan = decision  # returned, unwritable or a bug: the original goes there
                 case Hold(reason=reason):
                     held.take(reason)
-                    backoff = backoff or Backoff(rng=self._backoff.rng)
+                    backoff = backoff or Backoff(rng=self._rng)
                     await sleep_unless(self._stop, backoff.next_delay())
                     if self._stop.is_set() or not channel.is_open:
                         return None  # the broker redelivers it
@@ -514,7 +329,7 @@ class RouteWorker:
                     assert_never(decision)
 
     async def _attempt(
-        self, channel: Channel, delivery: Delivery, plan: Plan, held: _Held
+        self, channel: Channel, delivery: Delivery, plan: Plan, held: HeldDelivery
     ) -> Decision:
         """Publish the plan once; return what settlement makes of the broker's answer."""
         try:
@@ -542,7 +357,7 @@ class RouteWorker:
         )
 
     async def _publish_copy(
-        self, channel: Channel, delivery: Delivery, copy: Copy, held: _Held
+        self, channel: Channel, delivery: Delivery, copy: Copy, held: HeldDelivery
     ) -> PublishOutcome:
         return await self._publish(
             channel,
@@ -556,7 +371,7 @@ class RouteWorker:
         )
 
     async def _publish_quarantine(
-        self, channel: Channel, delivery: Delivery, reason: str, held: _Held
+        self, channel: Channel, delivery: Delivery, reason: str, held: HeldDelivery
     ) -> PublishOutcome:
         """Publish the original to quarantine; without its headers if they cannot be written.
 
@@ -603,7 +418,7 @@ class RouteWorker:
         routing_key: str,
         properties: dict[str, PropertyValue],
         headers: dict[str, FieldValue],
-        held: _Held,
+        held: HeldDelivery,
         content_header: bytes | None = None,
     ) -> PublishOutcome:
         """Publish a copy of the delivery's body; a confirm slower than the limit holds it."""
