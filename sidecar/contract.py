@@ -18,6 +18,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, NamedTuple, TypeAlias, TypeVar
 
 from sidecar.wire import (
+    INT_BOUNDS,
     MAX_DEPTH,
     Int8,
     Int16,
@@ -172,8 +173,8 @@ DEFAULT_TYPE = "message"
 # An AMQP short string (message_id, reply_to) holds at most this many bytes (section 2).
 SHORT_STRING_MAX = 255
 
-INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+INT32_MIN, INT32_MAX = INT_BOUNDS[Int32]
+INT64_MIN, INT64_MAX = INT_BOUNDS[Int64]
 # CONTRACT.md section 9: whitespace is ASCII space, TAB, CR, LF, VT, FF.
 WHITESPACE = " \t\r\n\x0b\x0c"
 _BASE10 = re.compile(r"[+-]?[0-9]+")
@@ -268,7 +269,7 @@ def _format_rfc3339(epoch_ms: int) -> str | None:
     return f"{text}.{millis:03d}Z" if millis else f"{text}Z"
 
 
-def _read_int(
+def _read_int(  # noqa: C901, PLR0912 - one case per row of section 3's integer rules
     value: FieldValue,
     name: str,
     found: list[Violation],
@@ -445,25 +446,33 @@ def _widen(value: FieldValue, depth: int) -> FieldValue | _Unchanged:
         case UInt32():
             return Int64(value)
         case dict() if depth < MAX_DEPTH:
-            table: dict[str, FieldValue] | None = None
-            for key, item in value.items():
-                new = _widen(item, depth + 1)
-                if not isinstance(new, _Unchanged):
-                    if table is None:
-                        table = dict(value)
-                    table[key] = new
-            return _UNCHANGED if table is None else table
+            return _widen_table(value, depth)
         case list() if depth < MAX_DEPTH:
-            items: list[FieldValue] | None = None
-            for index, item in enumerate(value):
-                new = _widen(item, depth + 1)
-                if not isinstance(new, _Unchanged):
-                    if items is None:
-                        items = list(value)
-                    items[index] = new
-            return _UNCHANGED if items is None else items
+            return _widen_array(value, depth)
         case _:
             return _UNCHANGED
+
+
+def _widen_table(value: dict[str, FieldValue], depth: int) -> FieldValue | _Unchanged:
+    table: dict[str, FieldValue] | None = None  # copied at the first change only
+    for key, item in value.items():
+        new = _widen(item, depth + 1)
+        if not isinstance(new, _Unchanged):
+            if table is None:
+                table = dict(value)
+            table[key] = new
+    return _UNCHANGED if table is None else table
+
+
+def _widen_array(value: list[FieldValue], depth: int) -> FieldValue | _Unchanged:
+    items: list[FieldValue] | None = None  # copied at the first change only
+    for index, item in enumerate(value):
+        new = _widen(item, depth + 1)
+        if not isinstance(new, _Unchanged):
+            if items is None:
+                items = list(value)
+            items[index] = new
+    return _UNCHANGED if items is None else items
 
 
 def _rename_legacy(contract: dict[str, FieldValue], found: list[Violation]) -> None:
