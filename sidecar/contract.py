@@ -48,6 +48,7 @@ __all__ = [
     "Violation",
     "move_user_id",
     "normalise",
+    "stamp_replay",
 ]
 
 CONTRACT_VERSION = "1.1"
@@ -138,10 +139,11 @@ REPLAYED_AT = "acemq-replayed-at"
 REPLAY_COUNT = "acemq-replay-count"
 REPLY_TO = "acemq-reply-to"
 ORIGINAL_USER_ID = "acemq-original-user-id"
+LEGACY_REPLAY_COUNT = "x-acemq-replay-count"
 LEGACY_NAMES = {
     "x-acemq-replayed-from": REPLAYED_FROM,
     "x-acemq-replayed-at": REPLAYED_AT,
-    "x-acemq-replay-count": REPLAY_COUNT,
+    LEGACY_REPLAY_COUNT: REPLAY_COUNT,
 }
 # Every header section 2 normalises plus the legacy spellings: the contract's headers.
 CONTRACT_HEADERS = frozenset(
@@ -680,6 +682,34 @@ def _normalise_replay(env: _Envelope) -> None:
         env.found.append(Violation(Kind.OUT_OF_RANGE, REPLAY_COUNT))
         return
     env.headers[REPLAY_COUNT] = Int32(count)
+
+
+def stamp_replay(
+    headers: Mapping[str, FieldValue], *, replayed_from: str, now_ms: int
+) -> dict[str, FieldValue]:
+    """Return the headers of a message sent again by hand, stamped as a replay (section 2).
+
+    ``acemq-replayed-from`` names where it was replayed from, ``acemq-replayed-at`` is
+    ``now_ms`` in the canonical RFC 3339 form, and ``acemq-replay-count`` is one more than
+    the count the message carried (read as section 3 reads it, in either spelling; an
+    unreadable or non-positive count counts as none). The legacy spellings are removed:
+    the new stamps replace them. Every other header is kept as it is, in its place.
+    """
+    stamp = _format_rfc3339(now_ms)
+    if stamp is None:
+        raise ValueError(f"now_ms {now_ms} is outside the years 1 to 9999")
+    count = 0
+    for name in (REPLAY_COUNT, LEGACY_REPLAY_COUNT):  # the current spelling wins (section 5)
+        value = headers.get(name)
+        read = None if value is None else _read_int(value, name, [], low=INT32_MIN, high=INT32_MAX)
+        if read is not None:
+            count = max(read, 0)
+            break
+    stamped = {name: value for name, value in headers.items() if name not in LEGACY_NAMES}
+    stamped[REPLAYED_FROM] = replayed_from
+    stamped[REPLAYED_AT] = stamp
+    stamped[REPLAY_COUNT] = Int32(min(count + 1, INT32_MAX))
+    return stamped
 
 
 def _normalise_properties(env: _Envelope, msg_id: str, login: str) -> dict[str, PropertyValue]:
