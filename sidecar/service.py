@@ -11,7 +11,6 @@ import asyncio
 import functools
 import logging
 import signal
-import ssl
 from typing import TYPE_CHECKING
 
 from sidecar import __version__
@@ -22,18 +21,20 @@ from sidecar.health import HealthServer, Probe
 from sidecar.metrics import Metrics, ReloadResult
 from sidecar.relay import Backoff, Clock, RouteWorker
 from sidecar.reload_plan import plan_reload
-from sidecar.routes import load_route_map
+from sidecar.route_files import load_config
+from sidecar.tls import client_context
 from sidecar.waits import first_of, sleep_unless
 
 if TYPE_CHECKING:
     import random
+    import ssl
     from collections.abc import Callable, Mapping
     from pathlib import Path
 
     from prometheus_client import CollectorRegistry
 
     from sidecar.amqp import Connection
-    from sidecar.routes import BrokerConfig, Route, RouteMap
+    from sidecar.route_map import BrokerConfig, Route, RouteMap
 
 __all__ = ["Service"]
 
@@ -47,12 +48,10 @@ HEALTHY_SESSION_S = 30.0  # a connection that lived this long resets the reconne
 
 
 def _ssl_context(broker: BrokerConfig) -> ssl.SSLContext | None:
+    # Built again at every connect: a renewed certificate applies at the next reconnect.
     if not broker.url.startswith("amqps://"):
         return None
-    context = ssl.create_default_context(cafile=broker.tls.ca_file)
-    if broker.tls.cert_file:
-        context.load_cert_chain(broker.tls.cert_file, broker.tls.key_file)
-    return context
+    return client_context(broker.tls)
 
 
 class Service:
@@ -301,7 +300,7 @@ class Service:
         # is one reload) but still sees a write that lands while we read.
         self._config_stamp = self._stat_config()
         try:
-            new_map = load_route_map(self._config_path, env=self._env)
+            new_map = load_config(self._config_path, env=self._env)
         except ConfigError as e:
             log.error("config reload refused, the running routes are unchanged: %s", e)  # noqa: TRY400
             self._metrics.count_reload(ReloadResult.REFUSED)
