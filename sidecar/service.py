@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from sidecar import __version__
 from sidecar.amqp import connect
 from sidecar.contract import CONTRACT_VERSION
-from sidecar.errors import ConfigError
+from sidecar.errors import ConfigError, TlsFileError
 from sidecar.health import HealthServer, Probe
 from sidecar.metrics import Metrics, ReloadResult
 from sidecar.relay import Backoff, Clock, RouteWorker
@@ -48,10 +48,14 @@ HEALTHY_SESSION_S = 30.0  # a connection that lived this long resets the reconne
 
 
 def _ssl_context(broker: BrokerConfig) -> ssl.SSLContext | None:
-    # Built again at every connect: a renewed certificate applies at the next reconnect.
+    # Built again at every connect: a renewed certificate applies at the next reconnect. A
+    # file gone since the map was loaded fails this connect, which is retried with backoff.
     if not broker.url.startswith("amqps://"):
         return None
-    return client_context(broker.tls)
+    try:
+        return client_context(broker.tls)
+    except TlsFileError as e:
+        raise ConnectionError(str(e)) from e
 
 
 class Service:

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 import signal
 import ssl
 import subprocess
 import sys
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -99,6 +101,13 @@ def _line_of(text: str, key: str) -> int:
     return next(i for i in range(start, len(lines)) if lines[i].strip().startswith(f"{key}:")) + 1
 
 
+def _assert_names_the_key(stderr: str, *, config: Path, text: str, key: str, expected: str) -> None:
+    """Assert that stderr holds ``FILE:LINE: broker.tls.KEY:`` and the reason, no traceback."""
+    assert f"{config}:{_line_of(text, key)}: broker.tls.{key}: " in stderr, stderr
+    assert expected in stderr, stderr
+    assert "Traceback" not in stderr, stderr
+
+
 @pytest.mark.parametrize("case", sorted(BAD_TLS))
 def test_check_exits_2_naming_the_tls_key_and_its_line(
     files: TlsFiles, tmp_path: Path, case: str
@@ -121,9 +130,7 @@ def test_check_exits_2_naming_the_tls_key_and_its_line(
         timeout=CHECK_TIMEOUT_S,
     )
     assert result.returncode == 2, result
-    assert f"{config}:{_line_of(text, key)}: broker.tls.{key}: " in result.stderr, result.stderr
-    assert expected in result.stderr, result.stderr
-    assert "Traceback" not in result.stderr, result.stderr
+    _assert_names_the_key(result.stderr, config=config, text=text, key=key, expected=expected)
 
 
 @pytest.mark.parametrize("case", ["ca file missing", "ca file not a certificate"])
@@ -143,10 +150,9 @@ async def test_run_exits_2_naming_the_tls_key_before_touching_a_message(
     status = await sidecar.wait_exit(timeout_s=20)
 
     assert status == 2, sidecar.output()
-    stderr = sidecar.stderr()
-    assert f"{sidecar.config}:{_line_of(text, key)}: broker.tls.{key}: " in stderr, stderr
-    assert expected in stderr, stderr
-    assert "Traceback" not in stderr, stderr
+    _assert_names_the_key(
+        sidecar.stderr(), config=sidecar.config, text=text, key=key, expected=expected
+    )
     assert await broker.depth(flow.staging) == 1
 
 
@@ -184,21 +190,34 @@ async def test_a_sighup_to_a_bad_tls_file_is_refused_and_the_old_map_keeps_relay
     text_metrics = await sidecar.metrics_text()
     assert 'acemq_sidecar_config_reloads_total{result="refused"} 1.0' in text_metrics
     assert 'acemq_sidecar_config_reloads_total{result="applied"} 0.0' in text_metrics
-    stderr = sidecar.stderr()
-    assert f"{sidecar.config}:{_line_of(text, key)}: broker.tls.{key}: " in stderr, stderr
-    assert expected in stderr, stderr
+    _assert_names_the_key(
+        sidecar.stderr(), config=sidecar.config, text=text, key=key, expected=expected
+    )
 
 
 # --- no ca_file: the system's CAs, verification on --------------------------------------------
 
 
+@dataclass
+class TlsProxy:
+    """A TLS endpoint on a loopback port that pipes to the test broker."""
+
+    port: int
+    writers: set[asyncio.StreamWriter] = field(default_factory=set)
+
+    def drop(self) -> None:
+        """Close every connection through the proxy, both sides: a lost connection."""
+        for writer in self.writers:
+            writer.close()
+        self.writers.clear()
+
+
 @contextlib.asynccontextmanager
-async def tls_proxy(amqp_url: str, *, cert: Path, key: Path) -> AsyncIterator[int]:
-    """Terminate TLS on a loopback port with ``cert`` and pipe to the broker; yield the port."""
+async def tls_proxy(amqp_url: str, *, cert: Path, key: Path) -> AsyncIterator[TlsProxy]:
+    """Terminate TLS with ``cert`` on a loopback port and pipe to the broker."""
     upstream = urlsplit(amqp_url)
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(cert, key)
-    writers: set[asyncio.StreamWriter] = set()
     pipes: set[asyncio.Task[None]] = set()
 
     async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -209,11 +228,11 @@ async def tls_proxy(amqp_url: str, *, cert: Path, key: Path) -> AsyncIterator[in
         writer.close()
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writers.add(writer)
+        proxy.writers.add(writer)
         up_reader, up_writer = await asyncio.open_connection(
             upstream.hostname, upstream.port or 5672
         )
-        writers.add(up_writer)
+        proxy.writers.add(up_writer)
         for task in (
             asyncio.create_task(pipe(reader, up_writer), name="tls-proxy:up"),
             asyncio.create_task(pipe(up_reader, writer), name="tls-proxy:down"),
@@ -221,12 +240,12 @@ async def tls_proxy(amqp_url: str, *, cert: Path, key: Path) -> AsyncIterator[in
             pipes.add(task)
 
     server = await asyncio.start_server(serve, "127.0.0.1", 0, ssl=context)
+    proxy = TlsProxy(port=int(server.sockets[0].getsockname()[1]))
     try:
-        yield int(server.sockets[0].getsockname()[1])
+        yield proxy
     finally:
         server.close()
-        for writer in writers:
-            writer.close()
+        proxy.drop()
         for task in pipes:
             task.cancel()
         await asyncio.gather(*pipes, return_exceptions=True)
@@ -254,9 +273,9 @@ async def test_without_ca_file_the_broker_is_verified_against_the_system_cas(
         monkeypatch.setenv("SSL_CERT_FILE", str(files.cert))
     else:
         monkeypatch.delenv("SSL_CERT_FILE", raising=False)  # the real store: it lacks this CA
-    async with tls_proxy(sidecar.amqp_url, cert=files.cert, key=files.key) as port:
+    async with tls_proxy(sidecar.amqp_url, cert=files.cert, key=files.key) as proxy:
         route_map = sidecar.route_map(quarantine=quarantine, flows=[flow])
-        route_map["broker"]["url"] = _amqps(sidecar.amqp_url, port=port)
+        route_map["broker"]["url"] = _amqps(sidecar.amqp_url, port=proxy.port)
         sidecar.write(route_map)
         if trusted:
             await sidecar.start()
@@ -273,4 +292,39 @@ async def test_without_ca_file_the_broker_is_verified_against_the_system_cas(
             assert sidecar.is_running(), sidecar.output()
             status, _ = await sidecar.get("/readyz")
             assert status == 503, sidecar.output()
+        await sidecar.kill()
+
+
+async def test_a_tls_file_gone_after_start_fails_the_reconnect_not_the_process(
+    broker: Broker, sidecar: Sidecar, files: TlsFiles, tmp_path: Path
+) -> None:
+    """The files are read again at each connect: one gone since start is a connect that fails.
+
+    It is logged with the key and retried with backoff, and the route resumes when the
+    file is back; the process does not die with a traceback.
+    """
+    quarantine, _ = await declare_quarantine(broker)
+    flow = await declare_flow(broker, "tls-gone")
+    ca_file = tmp_path / "ca.crt"
+    shutil.copy(files.cert, ca_file)
+    async with tls_proxy(sidecar.amqp_url, cert=files.cert, key=files.key) as proxy:
+        route_map = sidecar.route_map(quarantine=quarantine, flows=[flow])
+        route_map["broker"]["url"] = _amqps(sidecar.amqp_url, port=proxy.port)
+        route_map["broker"]["tls"] = {"ca_file": str(ca_file)}
+        sidecar.write(route_map)
+        await sidecar.start()
+        await _relays(broker, sidecar, flow, "tls-gone-before")
+
+        ca_file.unlink()
+        proxy.drop()
+
+        def retried() -> bool:
+            return f"broker.tls.ca_file: cannot read {ca_file}" in sidecar.stderr()
+
+        await eventually(retried, timeout_s=20, what="a failed reconnect", context=sidecar.output)
+        assert sidecar.is_running(), sidecar.output()
+        assert "Traceback" not in sidecar.stderr(), sidecar.output()
+        shutil.copy(files.cert, ca_file)
+        await sidecar.wait_ready()
+        await _relays(broker, sidecar, flow, "tls-gone-after")
         await sidecar.kill()
