@@ -19,7 +19,6 @@ import contextlib
 import datetime as dt
 import logging
 from dataclasses import dataclass
-from enum import StrEnum
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, cast
 from urllib.parse import unquote, urlsplit
@@ -30,6 +29,7 @@ from pamqp import encode as pamqp_encode
 from pamqp import frame as pamqp_frame
 
 from sidecar import __version__
+from sidecar.delivery import Delivery, PublishOutcome
 from sidecar.errors import SidecarError, WireError
 from sidecar.frames import (
     BASIC_ACK,
@@ -194,21 +194,6 @@ def install_codec() -> None:
 # --- deliveries ----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Delivery:
-    """One message consumed from a staging queue, in our own types."""
-
-    delivery_tag: int
-    exchange: str
-    routing_key: str
-    redelivered: bool
-    properties: Mapping[str, PropertyValue]
-    headers: Mapping[str, FieldValue]
-    body: bytes
-    undecodable: UndecodableTable | None = None
-    content_header: bytes = b""  # as received: republished as it is when nothing changed
-
-
 def _delivery(method: BasicDeliver, header: ContentHeader, body: bytes) -> Delivery:
     raw = header.headers
     return Delivery(
@@ -222,14 +207,6 @@ def _delivery(method: BasicDeliver, header: ContentHeader, body: bytes) -> Deliv
         undecodable=raw if isinstance(raw, UndecodableTable) else None,
         content_header=header.payload,
     )
-
-
-class PublishOutcome(StrEnum):
-    """How the broker settled one publish."""
-
-    CONFIRMED = "confirmed"
-    RETURNED = "returned"  # mandatory and unroutable
-    NACKED = "nacked"
 
 
 @dataclass(slots=True)

@@ -104,7 +104,7 @@ def _run(file: str, *, log_level: str | None) -> int:
     from prometheus_client import CollectorRegistry  # noqa: PLC0415
 
     from sidecar import logs  # noqa: PLC0415
-    from sidecar.relay import Clock  # noqa: PLC0415
+    from sidecar.clock import Clock  # noqa: PLC0415
     from sidecar.routes import load_route_map  # noqa: PLC0415
     from sidecar.service import Service  # noqa: PLC0415
 
@@ -120,7 +120,7 @@ def _run(file: str, *, log_level: str | None) -> int:
         config_path=Path(file),
         env=os.environ,
         registry=CollectorRegistry(),
-        clock=Clock(now_ms=lambda: time.time_ns() // 1_000_000, monotonic=time.monotonic),
+        clock=Clock.system(),
         new_id=_new_id,
         rng=random.Random(),  # noqa: S311 - backoff jitter, not security
     )

@@ -17,7 +17,18 @@ from enum import StrEnum
 from functools import lru_cache
 from typing import TYPE_CHECKING, NamedTuple, TypeAlias, TypeVar
 
-from sidecar.wire import Int8, Int16, Int32, Int64, Timestamp, UInt8, UInt16, UInt32, UInt64
+from sidecar.wire import (
+    MAX_DEPTH,
+    Int8,
+    Int16,
+    Int32,
+    Int64,
+    Timestamp,
+    UInt8,
+    UInt16,
+    UInt32,
+    UInt64,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -38,7 +49,7 @@ __all__ = [
     "normalise",
 ]
 
-CONTRACT_VERSION = "1"
+CONTRACT_VERSION = "1.1"
 
 
 class Publishers(StrEnum):
@@ -62,6 +73,7 @@ class Kind(StrEnum):
     APP_RESERVED = "app_reserved"
     MIRROR = "mirror"
     MOVED = "moved"
+    UNPORTABLE = "unportable"
 
 
 class Violation(NamedTuple):
@@ -156,6 +168,9 @@ CONTRACT_HEADERS = frozenset(
 UNKNOWN_RESERVED_LABEL = "x-acemq-*"
 APP_LABEL = "app"
 DEFAULT_TYPE = "message"
+
+# An AMQP short string (message_id, reply_to) holds at most this many bytes (section 2).
+SHORT_STRING_MAX = 255
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -400,6 +415,57 @@ def _split_headers(
     return contract, application, unknown
 
 
+def _widen_application(value: FieldValue, found: list[Violation]) -> FieldValue:
+    """Return an application header with section 7's unsigned tags widened, counting it once."""
+    widened = _widen(value, 0)
+    if isinstance(widened, _Unchanged):
+        return value
+    found.append(Violation(Kind.UNPORTABLE, APP_LABEL))
+    return widened
+
+
+class _Unchanged:
+    """The marker _widen returns for a value that holds no unsigned integer tag."""
+
+
+_UNCHANGED = _Unchanged()
+
+
+def _widen(value: FieldValue, depth: int) -> FieldValue | _Unchanged:
+    """Widen B, u, i to s, I, l at any depth (section 7); _UNCHANGED when nothing was.
+
+    A container deeper than the codec admits is left as it is: it cannot be encoded anyway,
+    and the encoder says why, so normalise still never raises on a table that holds itself.
+    """
+    match value:
+        case UInt8():
+            return Int16(value)
+        case UInt16():
+            return Int32(value)
+        case UInt32():
+            return Int64(value)
+        case dict() if depth < MAX_DEPTH:
+            table: dict[str, FieldValue] | None = None
+            for key, item in value.items():
+                new = _widen(item, depth + 1)
+                if not isinstance(new, _Unchanged):
+                    if table is None:
+                        table = dict(value)
+                    table[key] = new
+            return _UNCHANGED if table is None else table
+        case list() if depth < MAX_DEPTH:
+            items: list[FieldValue] | None = None
+            for index, item in enumerate(value):
+                new = _widen(item, depth + 1)
+                if not isinstance(new, _Unchanged):
+                    if items is None:
+                        items = list(value)
+                    items[index] = new
+            return _UNCHANGED if items is None else items
+        case _:
+            return _UNCHANGED
+
+
 def _rename_legacy(contract: dict[str, FieldValue], found: list[Violation]) -> None:
     """Rewrite the legacy x-acemq-replayed-* spellings; the acemq- spelling wins."""
     for legacy, current in LEGACY_NAMES.items():
@@ -611,7 +677,7 @@ def _normalise_properties(env: _Envelope, msg_id: str, login: str) -> dict[str, 
     """Mirror message_id and reply_to from the headers; move a foreign user_id."""
     found, headers = env.found, env.headers
     properties = dict(env.properties)
-    if properties.get("message_id") != msg_id:
+    if properties.get("message_id") != msg_id and _fits_short_string(msg_id):
         found.append(Violation(Kind.MIRROR, "message_id"))
         properties["message_id"] = msg_id
 
@@ -622,7 +688,7 @@ def _normalise_properties(env: _Envelope, msg_id: str, login: str) -> dict[str, 
             reply_to = env.default(REPLY_TO, from_property)
     if reply_to is not None:
         headers[REPLY_TO] = reply_to
-        if properties.get("reply_to") != reply_to:
+        if properties.get("reply_to") != reply_to and _fits_short_string(reply_to):
             found.append(Violation(Kind.MIRROR, "reply_to"))
             properties["reply_to"] = reply_to
 
@@ -630,6 +696,12 @@ def _normalise_properties(env: _Envelope, msg_id: str, login: str) -> dict[str, 
     if moved is not None:
         found.append(Violation(moved, "user_id"))
     return properties
+
+
+def _fits_short_string(text: str) -> bool:
+    """Whether text fits an AMQP short string property; a longer one stays in its header."""
+    # Four bytes per character at most: only long text needs encoding to know.
+    return len(text) * 4 <= SHORT_STRING_MAX or len(_wire_bytes(text)) <= SHORT_STRING_MAX
 
 
 def move_user_id(
@@ -684,7 +756,7 @@ def normalise(
     out_properties = _normalise_properties(env, msg_id, policy.login)
     out_headers = env.headers
     for name, value in application.items():
-        out_headers.setdefault(name, value)
+        out_headers.setdefault(name, _widen_application(value, found))
     return Relay(
         properties=out_properties,
         headers=out_headers,

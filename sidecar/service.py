@@ -16,11 +16,12 @@ from typing import TYPE_CHECKING
 
 from sidecar import __version__
 from sidecar.amqp import connect
+from sidecar.backoff import Backoff
 from sidecar.contract import CONTRACT_VERSION
 from sidecar.errors import ConfigError
 from sidecar.health import HealthServer, Probe
 from sidecar.metrics import Metrics, ReloadResult
-from sidecar.relay import Backoff, Clock, RouteWorker
+from sidecar.relay import RouteWorker
 from sidecar.routes import load_route_map
 from sidecar.waits import first_of, sleep_unless
 
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
     from sidecar.amqp import Connection
+    from sidecar.clock import Clock
     from sidecar.routes import BrokerConfig, Route, RouteMap
 
 __all__ = ["Service"]
