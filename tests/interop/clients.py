@@ -44,7 +44,10 @@ class Missing:
 
     def message(self) -> str:
         """The reason, with what to install."""
-        return f"{self.client} interop client unavailable: {self.reason}; install {DEBIAN[self.client]}"
+        return (
+            f"{self.client} interop client unavailable: {self.reason}; install "
+            + DEBIAN[self.client]
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,10 +102,8 @@ def _java(build: Path) -> Program | Missing:
     )
     if jar is None:
         return Missing("java", f"no {' or '.join(JAVA_CLIENT_JARS)} in /usr/share/java")
-    classpath = [str(jar)]
-    for name in ("slf4j-api.jar", "slf4j-nop.jar"):  # the client logs through slf4j
-        if (jar.parent / name).is_file():
-            classpath.append(str(jar.parent / name))
+    logging = [jar.parent / name for name in ("slf4j-api.jar", "slf4j-nop.jar")]  # slf4j
+    classpath = [str(jar), *(str(path) for path in logging if path.is_file())]
     out = build / "java"
     out.mkdir(parents=True, exist_ok=True)
     source = HERE / "java" / "InteropConsumer.java"

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -98,7 +97,7 @@ def interop(
     amqp_url: str,
     programs: dict[str, Program | Missing],
     tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[Run]:
+) -> Run:
     """The one run every interop test reads."""
     run = Run(
         programs={c: p for c, p in programs.items() if isinstance(p, Program)},
@@ -106,7 +105,7 @@ def interop(
     )
     workdir = tmp_path_factory.mktemp("interop-sidecar")
     asyncio.run(_interop(run, amqp_url, workdir))
-    yield run
+    return run
 
 
 async def _interop(run: Run, amqp_url: str, workdir: Path) -> None:
@@ -129,9 +128,9 @@ async def _interop(run: Run, amqp_url: str, workdir: Path) -> None:
             await sidecar.wait_exit(timeout_s=STOP_TIMEOUT_S)
         finally:
             await sidecar.kill()
-        for message in await broker.drain(topology.quarantined):
-            reason = (message.header.properties.headers or {}).get("x-acemq-error")
-            run.quarantined[message.body.decode(errors="replace")] = str(reason)
+        for copy in await broker.drain(topology.quarantined):
+            reason = (copy.header.properties.headers or {}).get("x-acemq-error")
+            run.quarantined[copy.body.decode(errors="replace")] = str(reason)
         for message in MESSAGES:
             if message.name in run.quarantined:
                 continue

@@ -22,6 +22,7 @@ from typing import Any, Final
 
 from sidecar.wire import (
     ByteArray,
+    FieldArray,
     FieldTable,
     Float32,
     Int8,
@@ -104,7 +105,7 @@ def _canonical_envelope(id_: str) -> FieldTable:
     }
 
 
-X_DEATH: Final = [
+_X_DEATH_ENTRIES: Final[list[FieldTable]] = [
     {
         "count": Int64(3),
         "reason": "rejected",
@@ -123,6 +124,7 @@ X_DEATH: Final = [
         "original-expiration": "60000",
     },
 ]
+X_DEATH: Final[FieldArray] = list(_X_DEATH_ENTRIES)
 """RabbitMQ's dead-letter history, as the broker writes it (an array of tables)."""
 
 DRIFT: Final = (
@@ -399,7 +401,7 @@ UNSIGNED: Final = (
             **_canonical_envelope("uns-5"),
             "x-app-limits": {"port": UInt16(50_000), "deep": {"size": UInt32(4_000_000_000)}},
             "x-app-list": [UInt8(7), [UInt16(60_000), {"n": UInt32(2**31 + 1)}]],
-            "x-death": [{**X_DEATH[0], "count": UInt32(3_000_000_000)}],
+            "x-death": [{**_X_DEATH_ENTRIES[0], "count": UInt32(3_000_000_000)}],
         },
         raw=True,
     ),

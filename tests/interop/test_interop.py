@@ -43,11 +43,15 @@ pytestmark = [pytest.mark.interop, pytest.mark.timeout(180)]
 BY_NAME = {message.name: message for message in MESSAGES}
 
 RAW_ERROR: dict[str, str] = {
-    "java": "MalformedFrameException: Unrecognised type in table",
-    "go": "Exception (502)",
-    "ruby": "ArgumentError: Not a valid type",
+    "java": r"MalformedFrameException: Unrecognised type in table",
+    "go": r"Exception \(502\) Reason: .*invalid field or value inside of a frame",
+    "ruby": r'ArgumentError: (Not a valid type|unsupported type in a table value): "[Bui]"',
 }
-"""What each client says when it meets a tag it cannot decode (checked on the raw copies)."""
+"""What each client says when it meets a tag it cannot decode (a pattern, for the raw copies).
+
+Go's 502 is the SYNTAX_ERROR it closes the connection with; Ruby's two messages are from
+amq-protocol's table and array decoders.
+"""
 
 
 def _expected(model: Model, copy_headers: dict[str, Any], properties: dict[str, Any]) -> Any:
@@ -84,7 +88,7 @@ def test_sidecar_relays_application_headers_with_their_types_unsigned_widened(
     interop: Run,
 ) -> None:
     """The relayed copy holds every application header, same value and tag (B/u/i widened)."""
-    wrong = []
+    wrong: list[str] = []
     for name, copy in interop.reference.items():
         sent = BY_NAME[name].application_headers()
         want = {k: typed(widen(v)) for k, v in sent.items()}
@@ -136,7 +140,8 @@ def test_application_headers_decode_to_what_the_sender_meant(interop: Run, clien
     """Every application header reads back as sent, but where DEVIATIONS says it cannot."""
     interop.require(client)
     model = Model(client)
-    wrong, deviating = [], []
+    wrong: list[str] = []
+    deviating: list[str] = []
     for name in interop.reference:
         line = interop.line(client, name)
         if not line["ok"]:
@@ -192,7 +197,7 @@ def test_raw_message_fails_only_where_the_client_lacks_a_tag(interop: Run, clien
         if lacking:
             if raw["ok"]:
                 wrong.append(f"{message.name}: decoded although it holds {lacking}")
-            elif RAW_ERROR[client] not in raw["error"]:
+            elif not re.search(RAW_ERROR[client], raw["error"]):
                 wrong.append(f"{message.name}: error {raw['error']!r} lacks {RAW_ERROR[client]!r}")
             relayed = interop.line(client, message.name)
             if not relayed["ok"]:
@@ -236,7 +241,7 @@ def test_each_deviation_shows_in_the_clients_real_output(
 
 def test_docs_list_every_deviation() -> None:
     text = (REPO / "docs" / "interop.md").read_text(encoding="utf-8")
-    listed = set(re.findall(r"`((?:java|go|ruby|pamqp|pika)-[a-z0-9-]+)`", text))
+    listed = set(re.findall(r"^\| `([a-z0-9]+-[a-z0-9-]+)` \|", text, flags=re.MULTILINE))
     assert listed == DEVIATION_KEYS, (
         f"docs/interop.md lacks {sorted(DEVIATION_KEYS - listed)}, "
         f"names unknown {sorted(listed - DEVIATION_KEYS)}"
