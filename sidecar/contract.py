@@ -18,6 +18,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, NamedTuple, TypeAlias, TypeVar
 
 from sidecar.wire import (
+    INT_BOUNDS,
     MAX_DEPTH,
     Int8,
     Int16,
@@ -47,6 +48,7 @@ __all__ = [
     "Violation",
     "move_user_id",
     "normalise",
+    "stamp_replay",
 ]
 
 CONTRACT_VERSION = "1.1"
@@ -137,10 +139,11 @@ REPLAYED_AT = "acemq-replayed-at"
 REPLAY_COUNT = "acemq-replay-count"
 REPLY_TO = "acemq-reply-to"
 ORIGINAL_USER_ID = "acemq-original-user-id"
+LEGACY_REPLAY_COUNT = "x-acemq-replay-count"
 LEGACY_NAMES = {
     "x-acemq-replayed-from": REPLAYED_FROM,
     "x-acemq-replayed-at": REPLAYED_AT,
-    "x-acemq-replay-count": REPLAY_COUNT,
+    LEGACY_REPLAY_COUNT: REPLAY_COUNT,
 }
 # Every header section 2 normalises plus the legacy spellings: the contract's headers.
 CONTRACT_HEADERS = frozenset(
@@ -172,8 +175,8 @@ DEFAULT_TYPE = "message"
 # An AMQP short string (message_id, reply_to) holds at most this many bytes (section 2).
 SHORT_STRING_MAX = 255
 
-INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+INT32_MIN, INT32_MAX = INT_BOUNDS[Int32]
+INT64_MIN, INT64_MAX = INT_BOUNDS[Int64]
 # CONTRACT.md section 9: whitespace is ASCII space, TAB, CR, LF, VT, FF.
 WHITESPACE = " \t\r\n\x0b\x0c"
 _BASE10 = re.compile(r"[+-]?[0-9]+")
@@ -268,7 +271,7 @@ def _format_rfc3339(epoch_ms: int) -> str | None:
     return f"{text}.{millis:03d}Z" if millis else f"{text}Z"
 
 
-def _read_int(
+def _read_int(  # noqa: C901, PLR0912 - one case per row of section 3's integer rules
     value: FieldValue,
     name: str,
     found: list[Violation],
@@ -445,25 +448,33 @@ def _widen(value: FieldValue, depth: int) -> FieldValue | _Unchanged:
         case UInt32():
             return Int64(value)
         case dict() if depth < MAX_DEPTH:
-            table: dict[str, FieldValue] | None = None
-            for key, item in value.items():
-                new = _widen(item, depth + 1)
-                if not isinstance(new, _Unchanged):
-                    if table is None:
-                        table = dict(value)
-                    table[key] = new
-            return _UNCHANGED if table is None else table
+            return _widen_table(value, depth)
         case list() if depth < MAX_DEPTH:
-            items: list[FieldValue] | None = None
-            for index, item in enumerate(value):
-                new = _widen(item, depth + 1)
-                if not isinstance(new, _Unchanged):
-                    if items is None:
-                        items = list(value)
-                    items[index] = new
-            return _UNCHANGED if items is None else items
+            return _widen_array(value, depth)
         case _:
             return _UNCHANGED
+
+
+def _widen_table(value: dict[str, FieldValue], depth: int) -> FieldValue | _Unchanged:
+    table: dict[str, FieldValue] | None = None  # copied at the first change only
+    for key, item in value.items():
+        new = _widen(item, depth + 1)
+        if not isinstance(new, _Unchanged):
+            if table is None:
+                table = dict(value)
+            table[key] = new
+    return _UNCHANGED if table is None else table
+
+
+def _widen_array(value: list[FieldValue], depth: int) -> FieldValue | _Unchanged:
+    items: list[FieldValue] | None = None  # copied at the first change only
+    for index, item in enumerate(value):
+        new = _widen(item, depth + 1)
+        if not isinstance(new, _Unchanged):
+            if items is None:
+                items = list(value)
+            items[index] = new
+    return _UNCHANGED if items is None else items
 
 
 def _rename_legacy(contract: dict[str, FieldValue], found: list[Violation]) -> None:
@@ -671,6 +682,34 @@ def _normalise_replay(env: _Envelope) -> None:
         env.found.append(Violation(Kind.OUT_OF_RANGE, REPLAY_COUNT))
         return
     env.headers[REPLAY_COUNT] = Int32(count)
+
+
+def stamp_replay(
+    headers: Mapping[str, FieldValue], *, replayed_from: str, now_ms: int
+) -> dict[str, FieldValue]:
+    """Return the headers of a message sent again by hand, stamped as a replay (section 2).
+
+    ``acemq-replayed-from`` names where it was replayed from, ``acemq-replayed-at`` is
+    ``now_ms`` in the canonical RFC 3339 form, and ``acemq-replay-count`` is one more than
+    the count the message carried (read as section 3 reads it, in either spelling; an
+    unreadable or non-positive count counts as none). The legacy spellings are removed:
+    the new stamps replace them. Every other header is kept as it is, in its place.
+    """
+    stamp = _format_rfc3339(now_ms)
+    if stamp is None:
+        raise ValueError(f"now_ms {now_ms} is outside the years 1 to 9999")
+    count = 0
+    for name in (REPLAY_COUNT, LEGACY_REPLAY_COUNT):  # the current spelling wins (section 5)
+        value = headers.get(name)
+        read = None if value is None else _read_int(value, name, [], low=INT32_MIN, high=INT32_MAX)
+        if read is not None:
+            count = max(read, 0)
+            break
+    stamped = {name: value for name, value in headers.items() if name not in LEGACY_NAMES}
+    stamped[REPLAYED_FROM] = replayed_from
+    stamped[REPLAYED_AT] = stamp
+    stamped[REPLAY_COUNT] = Int32(min(count + 1, INT32_MAX))
+    return stamped
 
 
 def _normalise_properties(env: _Envelope, msg_id: str, login: str) -> dict[str, PropertyValue]:

@@ -44,6 +44,7 @@ __all__ = [
     "after_publish",
     "bounded",
     "log_origin",
+    "original_headers",
     "plan_delivery",
     "quarantine_copy",
     "reason_kind",
@@ -264,6 +265,25 @@ def quarantine_copy(
     headers[ERROR] = bounded(reason)
     headers[QUARANTINED_FROM] = queue
     return publishable_properties(delivery.properties, headers, login=login), headers
+
+
+def original_headers(headers: Mapping[str, FieldValue]) -> dict[str, FieldValue] | None:
+    """Return the headers a quarantine copy's original had: ``quarantine_copy`` undone.
+
+    The reason and the staging queue are removed and an envelope error the reason
+    displaced is put back. None when the original's table could not be decoded (it
+    travels as raw bytes in ``acemq-original-headers``): there is no table to restore.
+    """
+    if ORIGINAL_HEADERS in headers:
+        return None
+    original: dict[str, FieldValue] = {}
+    for name, value in headers.items():
+        if name == ERROR:
+            if ORIGINAL_ERROR in headers:  # back in the place it had, with its own value
+                original[ERROR] = headers[ORIGINAL_ERROR]
+        elif name not in (QUARANTINED_FROM, ORIGINAL_ERROR):
+            original[name] = value
+    return original
 
 
 def reason_only(reason: str, error: Exception, queue: str, *, short: bool) -> dict[str, FieldValue]:

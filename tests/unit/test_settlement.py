@@ -26,6 +26,7 @@ from sidecar.settlement import (
     bounded,
     internal_error,
     log_origin,
+    original_headers,
     plan_delivery,
     quarantine_copy,
     reason_kind,
@@ -345,3 +346,25 @@ def test_any_change_that_alters_the_bytes_is_a_different_table() -> None:
     assert not same_table({"a": "1", "b": "2"}, {"b": "2", "a": "1"})
     assert not same_table({"n": {"a": Int64(1)}}, {"n": {"a": Int32(1)}})
     assert not same_table({"a": "1"}, {"a": "1", "b": "2"})
+
+
+@pytest.mark.parametrize(
+    "received",
+    [
+        {"a": "1", "x-acemq-id": "m-1"},
+        {"a": "1", ERROR: "the app's own error", "b": Int32(2)},
+        {},
+    ],
+)
+def test_the_original_headers_come_back_from_a_quarantine_copy(received: dict[str, Any]) -> None:
+    """original_headers undoes quarantine_copy: same names, values and order."""
+    _, copy = quarantine_copy(delivery(received), reason="why", queue="q", login=LOGIN)
+    restored = original_headers(copy)
+    assert restored is not None
+    assert list(restored.items()) == list(received.items())
+
+
+def test_an_undecodable_original_cannot_be_restored() -> None:
+    message = delivery({}, undecodable=UndecodableTable(raw=b"\x00\x01", error="bad"))
+    _, copy = quarantine_copy(message, reason="why", queue="q", login=LOGIN)
+    assert original_headers(copy) is None
