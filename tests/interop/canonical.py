@@ -36,15 +36,6 @@ from sidecar.wire import FieldValue, Int16, Int32, Int64, encode_table, tag_of
 
 CLIENTS: Final = ("java", "go", "ruby", "pamqp", "pika")
 
-LIBRARIES: Final = {
-    "java": "RabbitMQ Java client 5.0.0 (Debian librabbitmq-client-java), JDK 17",
-    "go": "amqp091-go 1.5.0 (Debian golang-github-rabbitmq-amqp091-go-dev), Go 1.19",
-    "ruby": "Bunny 2.19.0 on amq-protocol 2.3.2 (Debian ruby-bunny), Ruby 3.1",
-    "pamqp": "pamqp 4 through aiormq 6-7 (the tests' own dependency)",
-    "pika": "pika 1.x",
-}
-"""The client library each consumer runs on, as installed where the suite was written."""
-
 _COMMON_KINDS: Final = {
     "t": "bool",
     "D": "decimal",
@@ -375,7 +366,7 @@ def strict(pair: list[Any]) -> Any:
     return (kind, value)
 
 
-def meaning(pair: list[Any]) -> Any:
+def meaning(pair: list[Any]) -> Any:  # noqa: PLR0911 - one case per kind of value
     """What a PAIR says, whatever type carried it: the value the sender meant, if all went well.
 
     Integers of every width are one kind, floats another, and a long string and a byte

@@ -52,7 +52,7 @@ def seconds(value: dt.datetime) -> int:
     return math.floor(value.timestamp())
 
 
-def value_of(value: Any, *, bytes_kind: str) -> list[Any]:
+def value_of(value: Any, *, bytes_kind: str) -> list[Any]:  # noqa: C901 - a case per decoded type
     """``[KIND, VALUE]`` for one decoded field value.
 
     ``bytes_kind`` is what this client means by a plain ``bytes``: pamqp returns it for a long
