@@ -64,12 +64,13 @@ def test_every_manifest_validates_strictly(values_file: Path, kube_version: str)
 
 
 def test_minimal_values_render_the_standalone_objects(minimal_manifests: list[Manifest]) -> None:
-    """Defaults: a Deployment, its disruption budget, route map and metrics Service."""
+    """Defaults: a Deployment, its account, disruption budget, route map and metrics Service."""
     assert sorted(m.kind for m in minimal_manifests) == [
         "ConfigMap",
         "Deployment",
         "PodDisruptionBudget",
         "Service",
+        "ServiceAccount",
     ]
 
 
@@ -82,6 +83,7 @@ def test_full_values_render_every_object(full_manifests: list[Manifest]) -> None
         "PodDisruptionBudget",
         "PrometheusRule",
         "Service",
+        "ServiceAccount",
         "ServiceMonitor",
     ]
 
@@ -141,7 +143,7 @@ def test_probes_hit_the_sidecar_endpoints_on_its_listen_port(values_file: Path) 
         "port": container_port["name"],
     }
     service = only(manifests, "Service").body
-    assert service["spec"]["ports"][0]["targetPort"] == container_port["name"]
+    assert service["spec"]["ports"][0]["targetPort"] == port
 
 
 @VALUES_FILES
@@ -156,22 +158,30 @@ def test_broker_url_comes_from_the_secret_never_the_config_map(values_file: Path
             assert "amqp://" not in str(manifest.body)
             assert "amqps://" not in str(manifest.body)
     env = {item["name"]: item for item in sidecar_container(_pod_spec(manifests))["env"]}
-    assert env["AMQP_URL"]["valueFrom"]["secretKeyRef"] == values["broker"]["urlSecret"] | {
-        "key": values["broker"]["urlSecret"].get("key", "url")
+    secret = values["broker"]["urlSecret"]
+    assert env["AMQP_URL"]["valueFrom"]["secretKeyRef"] == {
+        "name": secret["name"],
+        "key": secret.get("key", "url"),
     }
 
 
 def test_tls_files_are_mounted_where_the_route_map_looks(full_manifests: list[Manifest]) -> None:
-    """broker.tls paths name files of the mounted TLS Secret."""
+    """broker.tls paths name the files the TLS volume projects from the Secret's keys."""
     route_map = yaml.safe_load(routes_yaml(full_manifests))
     pod = _pod_spec(full_manifests)
     mounts = {m["name"]: m for m in sidecar_container(pod)["volumeMounts"]}
     volumes = {v["name"]: v for v in pod["volumes"]}
     tls_dir = mounts["acemq-sidecar-tls"]["mountPath"]
-    assert volumes["acemq-sidecar-tls"]["secret"]["secretName"] == "rabbitmq-client-tls"
     assert mounts["acemq-sidecar-tls"]["readOnly"] is True
-    for key, name in {"ca_file": "ca.crt", "cert_file": "tls.crt", "key_file": "tls.key"}.items():
-        assert route_map["broker"]["tls"][key] == f"{tls_dir}/{name}"
+    projected = {
+        item["path"]: (source["secret"]["name"], item["key"])
+        for source in volumes["acemq-sidecar-tls"]["projected"]["sources"]
+        for item in source["secret"]["items"]
+    }
+    for field, key in {"ca_file": "ca.crt", "cert_file": "tls.crt", "key_file": "tls.key"}.items():
+        directory, _, name = route_map["broker"]["tls"][field].rpartition("/")
+        assert directory == tls_dir
+        assert projected[name] == ("rabbitmq-client-tls", key)
 
 
 @VALUES_FILES
@@ -288,7 +298,11 @@ def test_disruption_budget_covers_the_replicas_and_follows_its_values() -> None:
 
     values["deployment"] = {"enabled": True, "podDisruptionBudget": {"minAvailable": "50%"}}
     budget = only(render(values), "PodDisruptionBudget").body["spec"]
-    assert budget == {"minAvailable": "50%", "selector": deployment["selector"]}
+    assert budget == {
+        "minAvailable": "50%",
+        "selector": deployment["selector"],
+        "unhealthyPodEvictionPolicy": "AlwaysAllow",
+    }
 
     for deployment_values in (
         {"enabled": True, "podDisruptionBudget": {"enabled": False}},
@@ -320,6 +334,35 @@ def test_notes_name_the_routes_and_the_secret() -> None:
     """NOTES.txt tells the installer what was set up and how to look at it."""
     notes = render_notes(read_values(FULL_VALUES))
     assert "orders: staging.orders -> orders" in notes
-    assert "Secret rabbitmq-client-tls" not in notes
     assert "Secret rabbitmq-acemq, key amqps-url" in notes
+    assert "client certificate from Secret rabbitmq-client-tls" in notes
+    assert "key ca.crt of Secret rabbitmq-client-tls" in notes
     assert "rollout status deployment/acemq-relay" in notes
+    assert "ServiceMonitor acemq-relay scrapes that Service (job acemq-relay-metrics)" in notes
+    assert "WARNING" not in notes
+
+
+def test_notes_for_the_sidecar_shape_name_the_templates_and_what_is_scraped() -> None:
+    """No Deployment: the templates to include and the label the monitors select."""
+    values = read_values(MINIMAL_VALUES)
+    values |= {"deployment": {"enabled": False}, "sidecar": {"native": True}}
+    values |= {"prometheusRule": {"enabled": True}}
+    notes = render_notes(values)
+    assert "acemq-sidecar.initContainer (initContainers" in notes
+    assert "acemq-sidecar.podLabels" in notes
+    assert "selects pods labelled acemq-sidecar/instance=acemq-acemq-sidecar" in notes
+    assert "the system trust store" not in notes  # no TLS
+    # Alerts on, nothing that gives the series the release's job: say so.
+    assert "WARNING: no ServiceMonitor or PodMonitor is enabled" in notes
+
+
+def test_disruption_budget_lets_unready_pods_be_evicted() -> None:
+    """A broker outage makes every replica NotReady at once; a drain must still evict them."""
+    values = read_values(MINIMAL_VALUES)
+    budget = only(render(values), "PodDisruptionBudget").body["spec"]
+    assert budget["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+    values["deployment"] = {
+        "podDisruptionBudget": {"unhealthyPodEvictionPolicy": "IfHealthyBudget"}
+    }
+    budget = only(render(values), "PodDisruptionBudget").body["spec"]
+    assert budget["unhealthyPodEvictionPolicy"] == "IfHealthyBudget"

@@ -36,7 +36,16 @@ SCHEMA_VIOLATIONS = [
     ("URL in the ConfigMap", {"routeMap": {"broker": {"url": "amqp://u:p@h/"}}}, "/broker"),
     ("TLS paths by hand", {"routeMap": {"broker": {"tls": {"ca_file": "/x"}}}}, "/broker"),
     ("no Secret name", {"broker": {"urlSecret": {"name": ""}}}, "/broker/urlSecret/name"),
-    ("TLS without Secret", {"tls": {"enabled": True}}, "/tls"),
+    ("TLS Secret name", {"tls": {"enabled": True, "secretName": "Client_TLS"}}, "/tls/secretName"),
+    ("readiness as text", {"readinessProbe": {"enabled": "auto"}}, "/readinessProbe/enabled"),
+    (
+        "unknown eviction policy",
+        {"deployment": {"podDisruptionBudget": {"unhealthyPodEvictionPolicy": "Never"}}},
+        "unhealthyPodEvictionPolicy",
+    ),
+    ("typo in the sidecar shape", {"sidecar": {"nativ": True}}, "/sidecar"),
+    ("typo in a pod monitor", {"podMonitor": {"enable": True}}, "/podMonitor"),
+    ("old Deployment key", {"deployment": {"podAnnotations": {"a": "b"}}}, "/deployment"),
     ("writable root", {"securityContext": {"readOnlyRootFilesystem": False}}, "readOnlyRoot"),
     ("root allowed", {"securityContext": {"runAsNonRoot": False}}, "runAsNonRoot"),
     ("escalation", {"securityContext": {"allowPrivilegeEscalation": True}}, "allowPrivilege"),
@@ -111,6 +120,55 @@ def test_tls_with_ca_only_renders() -> None:
     """Server verification without a client certificate: certKey and keyKey both empty."""
     values = _merge(
         read_values(MINIMAL_VALUES),
-        {"tls": {"enabled": True, "secretName": "ca", "certKey": "", "keyKey": ""}},
+        {
+            "tls": {
+                "enabled": True,
+                "secretName": "ca",
+                "certKey": "",
+                "keyKey": "",
+                "caKey": "ca.crt",
+            }
+        },
     )
     assert render(values)
+
+
+# Keys users of the Bitnami and prometheus-community charts reach for; each is accepted.
+COMMON_KEYS = [
+    ("optional dependency", {"enabled": True}),
+    ("commonLabels", {"commonLabels": {"team": "platform"}}),
+    ("commonAnnotations", {"commonAnnotations": {"example.com/owner": "platform"}}),
+    ("extraVolumes", {"extraVolumes": [{"name": "ca", "configMap": {"name": "ca"}}]}),
+    ("extraVolumeMounts", {"extraVolumeMounts": [{"name": "ca", "mountPath": "/etc/ca"}]}),
+    ("extraEnvFrom", {"extraEnvFrom": [{"configMapRef": {"name": "sidecar-env"}}]}),
+    ("startupProbe", {"startupProbe": {"enabled": True, "failureThreshold": 60}}),
+    (
+        "deployment.updateStrategy",
+        {"deployment": {"updateStrategy": {"rollingUpdate": {"maxSurge": 1}}}},
+    ),
+    (
+        "serviceMonitor.relabelings",
+        {"serviceMonitor": {"relabelings": [{"targetLabel": "team", "replacement": "x"}]}},
+    ),
+    (
+        "serviceMonitor.metricRelabelings",
+        {"serviceMonitor": {"metricRelabelings": [{"action": "drop", "regex": "x"}]}},
+    ),
+    ("serviceAccount", {"serviceAccount": {"create": False, "name": "shared"}}),
+    ("podAnnotations", {"podAnnotations": {"example.com/scrape": "true"}}),
+    ("priorityClassName", {"priorityClassName": "high"}),
+    (
+        "topologySpreadConstraints",
+        {
+            "topologySpreadConstraints": [
+                {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway"}
+            ]
+        },
+    ),
+]
+
+
+@pytest.mark.parametrize("changes", [pytest.param(c, id=what) for what, c in COMMON_KEYS])
+def test_common_keys_are_accepted(changes: dict[str, Any]) -> None:
+    """Each renders (an application chart may pass them through unchanged)."""
+    assert render(_merge(read_values(MINIMAL_VALUES), changes))
