@@ -130,7 +130,7 @@ def test_runtime_writes_no_bytecode_and_builds_keep_no_pip_cache() -> None:
     for stage in stages:
         env = " ".join(stage.all("ENV"))
         for command in stage.all("RUN"):
-            if re.search(r"\bpip\b.*\b(install|wheel)\b", command):
+            if re.search(r"\bpip\s+(--python\s+\S+\s+)?(install|wheel)\b", command):
                 assert "--no-cache-dir" in command or "PIP_NO_CACHE_DIR=1" in env, command
 
 
