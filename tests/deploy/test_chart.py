@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -202,12 +203,51 @@ def test_config_map_is_mounted_where_the_container_reads_it(values_file: Path) -
     assert Path(args.config) == Path(mounts["acemq-sidecar-config"]["mountPath"]) / "routes.yaml"
 
 
+def _self_signed(directory: Path) -> None:
+    """Write tls.crt, tls.key (a fresh self-signed P-256 certificate) and ca.crt (the same)."""
+    openssl = shutil.which("openssl")
+    assert openssl, "openssl is needed to make the TLS files a pod mounts"
+    subprocess.run(
+        [
+            openssl,
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-subj",
+            "/CN=acemq-sidecar",
+            "-days",
+            "2",
+            "-keyout",
+            str(directory / "tls.key"),
+            "-out",
+            str(directory / "tls.crt"),
+        ],
+        capture_output=True,
+        timeout=60,
+        check=True,
+    )
+    shutil.copyfile(directory / "tls.crt", directory / "ca.crt")
+
+
 @VALUES_FILES
 def test_rendered_route_map_passes_acemq_sidecar_check(values_file: Path, tmp_path: Path) -> None:
-    """`acemq-sidecar check` accepts the route map the chart renders, as the pod would see it."""
+    """`acemq-sidecar check` accepts the route map the chart renders, as the pod would see it.
+
+    The TLS files the pod would mount are made here (a self-signed certificate, its key, and
+    itself as the CA), at the rendered paths moved under tmp_path.
+    """
     values = read_values(values_file)
+    text = routes_yaml(render(values))
+    tls_dir = tmp_path / "tls"
+    tls_dir.mkdir()
+    if values.get("tls", {}).get("enabled"):
+        _self_signed(tls_dir)
     route_map = tmp_path / "routes.yaml"
-    route_map.write_text(routes_yaml(render(values)), encoding="utf-8")
+    route_map.write_text(text.replace("/etc/acemq-sidecar-tls", str(tls_dir)), encoding="utf-8")
     scheme = "amqps" if values.get("tls", {}).get("enabled") else "amqp"
     result = subprocess.run(
         [sys.executable, "-m", "sidecar", "check", str(route_map)],
@@ -366,3 +406,67 @@ def test_disruption_budget_lets_unready_pods_be_evicted() -> None:
     }
     budget = only(render(values), "PodDisruptionBudget").body["spec"]
     assert budget["unhealthyPodEvictionPolicy"] == "IfHealthyBudget"
+
+
+def test_common_keys_take_effect(full_manifests: list[Manifest]) -> None:
+    """commonLabels/Annotations on every object; the pod keys where Kubernetes reads them."""
+    for manifest in full_manifests:
+        metadata = manifest.body["metadata"]
+        assert metadata["labels"]["team"] == "platform", manifest.kind
+        assert metadata["annotations"]["example.com/owner"] == "platform", manifest.kind
+    deployment = only(full_manifests, "Deployment").body
+    template = deployment["spec"]["template"]
+    pod = template["spec"]
+    container = sidecar_container(pod)
+    assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    assert template["metadata"]["labels"]["team"] == "platform"
+    assert template["metadata"]["labels"]["tier"] == "messaging"
+    assert "team" not in deployment["spec"]["selector"]["matchLabels"]
+    assert template["metadata"]["annotations"]["example.com/scrape"] == "false"
+    assert pod["priorityClassName"] == "high"
+    assert pod["topologySpreadConstraints"][0]["topologyKey"] == "topology.kubernetes.io/zone"
+    assert pod["nodeSelector"] == {"kubernetes.io/os": "linux"}
+    assert container["envFrom"] == [{"configMapRef": {"name": "acemq-sidecar-env"}}]
+    assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
+    assert "tmp" in {v["name"] for v in pod["volumes"]}
+    assert container["startupProbe"]["periodSeconds"] == 2
+    account = only(full_manifests, "ServiceAccount").body
+    assert pod["serviceAccountName"] == account["metadata"]["name"] == "acemq-sidecar"
+    assert account["automountServiceAccountToken"] is False
+    assert pod["automountServiceAccountToken"] is False
+
+
+def test_an_existing_service_account_is_used_not_created() -> None:
+    """serviceAccount.create false: the named account, or the namespace's default one."""
+    values = read_values(MINIMAL_VALUES)
+    values["serviceAccount"] = {"create": False, "name": "shared"}
+    manifests = render(values)
+    assert "ServiceAccount" not in {m.kind for m in manifests}
+    assert _pod_spec(manifests)["serviceAccountName"] == "shared"
+    values["serviceAccount"] = {"create": False}
+    assert "serviceAccountName" not in _pod_spec(render(values))
+
+
+def test_a_rotated_broker_secret_rolls_the_pods() -> None:
+    """checksum/acemq-broker-secret follows the Secret's name, key and revision.
+
+    `helm template` cannot read the cluster (lookup is empty there), so the revision is
+    what a GitOps rotation changes; the annotation shows a hash, never the Secret.
+    """
+
+    def checksum(values: dict[str, Any]) -> str:
+        metadata = only(render(values), "Deployment").body["spec"]["template"]["metadata"]
+        return str(metadata["annotations"]["checksum/acemq-broker-secret"])
+
+    values = read_values(MINIMAL_VALUES)
+    before = checksum(values)
+    assert before == checksum(read_values(MINIMAL_VALUES))
+    assert len(before) == 64
+    values["broker"]["urlSecret"]["revision"] = "2025-06-01"
+    rotated = checksum(values)
+    assert rotated != before
+    values["broker"]["urlSecret"]["revision"] = "2025-09-01"
+    assert checksum(values) not in {before, rotated}
+    values = read_values(MINIMAL_VALUES)
+    values["broker"]["urlSecret"]["name"] = "acemq-broker-v2"
+    assert checksum(values) != before

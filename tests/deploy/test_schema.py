@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import helm_python
 import pytest
 
 from sidecar.routes import route_map_json_schema
-from tests.deploy.chart_schema import chart_route_map_schema, embedded_route_map_schema
+from tests.deploy.chart_schema import (
+    VALUES_SCHEMA,
+    chart_route_map_schema,
+    embedded_route_map_schema,
+)
 from tests.deploy.conftest import MINIMAL_VALUES, read_values, render
 
 
@@ -172,3 +177,47 @@ COMMON_KEYS = [
 def test_common_keys_are_accepted(changes: dict[str, Any]) -> None:
     """Each renders (an application chart may pass them through unchanged)."""
     assert render(_merge(read_values(MINIMAL_VALUES), changes))
+
+
+def _objects(node: Any, path: str = "") -> list[tuple[str, dict[str, Any]]]:
+    """Every schema node with ``properties`` (``$defs`` included), with its path."""
+    found = []
+    if isinstance(node, dict):
+        if "properties" in node:
+            found.append((path, node))
+        for key, value in node.items():
+            found.extend(_objects(value, f"{path}/{key}"))
+    elif isinstance(node, list):
+        for index, item in enumerate(node):
+            found.extend(_objects(item, f"{path}/{index}"))
+    return found
+
+
+def test_every_schema_property_has_a_description() -> None:
+    """Editors and `helm show` read them; the route map's come from chart_schema.DESCRIPTIONS."""
+    schema = json.loads(VALUES_SCHEMA.read_text(encoding="utf-8"))
+    missing = [
+        f"{path}/properties/{name}"
+        for path, node in _objects(schema)
+        for name, prop in node["properties"].items()
+        if not (isinstance(prop, dict) and str(prop.get("description", "")).strip())
+    ]
+    assert not missing, missing
+
+
+def test_every_object_of_the_charts_own_refuses_unknown_keys() -> None:
+    """A typo is an error: every object with properties says additionalProperties false."""
+    schema = json.loads(VALUES_SCHEMA.read_text(encoding="utf-8"))
+    # Pass-through Kubernetes objects keep their own fields (kubernetes-validate checks them).
+    passthrough = {
+        "/properties/securityContext",
+        "/properties/securityContext/properties/capabilities",
+    }
+    open_objects = [
+        path
+        for path, node in _objects(schema)
+        if node.get("additionalProperties") is not False
+        and path not in passthrough
+        and not path.endswith("/items")
+    ]
+    assert not open_objects, open_objects
