@@ -427,8 +427,9 @@ def test_common_keys_take_effect(full_manifests: list[Manifest]) -> None:
     assert pod["topologySpreadConstraints"][0]["topologyKey"] == "topology.kubernetes.io/zone"
     assert pod["nodeSelector"] == {"kubernetes.io/os": "linux"}
     assert container["envFrom"] == [{"configMapRef": {"name": "acemq-sidecar-env"}}]
-    assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
-    assert "tmp" in {v["name"] for v in pod["volumes"]}
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert mounts["corporate-ca"] == "/etc/ssl/corporate"
+    assert {"name": "corporate-ca", "configMap": {"name": "corporate-ca"}} in pod["volumes"]
     assert container["startupProbe"]["periodSeconds"] == 2
     account = only(full_manifests, "ServiceAccount").body
     assert pod["serviceAccountName"] == account["metadata"]["name"] == "acemq-sidecar"
