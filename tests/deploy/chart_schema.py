@@ -27,6 +27,7 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
     "": {
         "broker": "Connection settings; the chart sets url (from broker.urlSecret) and tls.",
         "http": "The listener of /metrics, /healthz and /readyz.",
+        "metrics": "How /metrics bounds its labels.",
         "mode": "enforce (repair or quarantine) or audit (count, relay unchanged).",
         "quarantine": "Where rejected messages go.",
         "shutdown_grace_s": "Seconds to settle in-flight messages after SIGTERM.",
@@ -37,6 +38,9 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
         "prefetch": "Unacked deliveries per route (the default of each route's prefetch).",
         "heartbeat_s": "AMQP heartbeat in seconds (0 turns it off).",
         "connect_timeout_s": "Seconds a connection attempt may take.",
+    },
+    "_MetricsFile": {
+        "producers_per_route": "Distinct producer labels per route (the rest count as other).",
     },
     "_HttpFile": {"listen": "host:port; keep 0.0.0.0 (the kubelet and Prometheus use the pod IP)."},
     "_QuarantineFile": {"exchange": "The quarantine exchange (it must exist)."},
