@@ -13,8 +13,7 @@ from pamqp import frame as pamqp_frame
 from pamqp import header as pamqp_header
 
 from sidecar.amqp import install_codec
-from sidecar.errors import WireError
-from sidecar.frames import (
+from sidecar.amqp.frames import (
     HEADER,
     UndecodableTable,
     ack_frame,
@@ -25,6 +24,7 @@ from sidecar.frames import (
     parse_return,
     publish_frames,
 )
+from sidecar.errors import WireError
 from sidecar.wire import Int8, Int32, encode_table
 
 from .strategies import field_table_bytes, field_tables, same_typed
