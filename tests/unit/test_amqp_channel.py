@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import struct
 from typing import Any
 
 import pytest
@@ -12,56 +11,12 @@ from pamqp import frame as pamqp_frame
 from pamqp import header as pamqp_header
 
 from sidecar.amqp import Channel, ChannelLostError, Delivery, PublishOutcome, codec, install_codec
-from sidecar.amqp.frames import HEADER, HEARTBEAT, parse_confirm
+from sidecar.amqp.frames import HEARTBEAT
 from sidecar.amqp.link import WRITE_BATCH_BYTES, Link
 
+from .amqp_fakes import FakeLink, FakeTransport, control, opened, payload_of
+
 install_codec()
-
-
-class FakeLink:
-    """What a channel needs of its connection: a loop, a frame size and a write."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.get_running_loop()
-        self.frame_max = 131072
-        self.written: list[bytes] = []
-
-    def write(self, data: bytes) -> None:
-        """Keep what the channel sends."""
-        self.written.append(data)
-
-    def forget(self, number: int) -> None:
-        """A closed channel frees its number."""
-
-    def acks(self) -> list[tuple[int, bool]]:
-        """The basic.ack frames written so far: (delivery tag, multiple)."""
-        out = []
-        for data in self.written:
-            kind, _, size = HEADER.unpack_from(data, 0)
-            payload = data[7 : 7 + size]
-            if kind == 1 and struct.unpack_from(">HH", payload) == (60, 80):
-                out.append(parse_confirm(payload))
-        return out
-
-
-def payload_of(method: Any) -> bytes:
-    data = pamqp_frame.marshal(method, 1)
-    return data[7:-1]
-
-
-def control(channel: Channel, method: Any) -> None:
-    """Hand the channel a control method frame, encoded by pamqp, as the link would."""
-    channel.on_control(pamqp_frame.marshal(method, channel.number))
-
-
-async def opened(link: FakeLink, number: int = 1) -> Channel:
-    """A channel the broker has opened."""
-    channel = Channel(link, number)
-    opening = asyncio.create_task(channel.open())
-    await asyncio.sleep(0)
-    control(channel, spec.Channel.OpenOk())
-    await opening
-    return channel
 
 
 def deliver(channel: Channel, tag: int, body: bytes = b"x") -> None:
@@ -269,28 +224,6 @@ async def test_a_server_that_answers_with_its_own_protocol_header_is_a_clear_err
     link.data_received(b"AMQP\x00\x00\x09\x00")
     assert link.closed.is_set()
     assert "refused AMQP 0-9-1" in str(link.close_reason)
-
-
-class FakeTransport:
-    """Enough of an asyncio transport for the link: it records writes and aborts."""
-
-    def __init__(self) -> None:
-        self.written = bytearray()
-        self.chunks: list[bytes] = []  # one per write call
-        self.aborted = False
-
-    def write(self, data: bytes) -> None:
-        """Keep what the link sends."""
-        self.written += data
-        self.chunks.append(data)
-
-    def is_closing(self) -> bool:
-        """Closing once aborted."""
-        return self.aborted
-
-    def abort(self) -> None:
-        """Drop the connection."""
-        self.aborted = True
 
 
 async def test_an_idle_link_sends_heartbeats_and_a_silent_broker_is_dropped() -> None:
