@@ -58,10 +58,19 @@ class ScriptedBroker:
     port: int = 0
     _server: asyncio.Server | None = None
     _writers: list[asyncio.StreamWriter] = field(default_factory=list)
+    _serving: set[asyncio.Task[Any]] = field(default_factory=set)
     _arrived: asyncio.Condition = field(default_factory=asyncio.Condition)
 
     def __post_init__(self) -> None:
-        self.answers = _default_answers() | self.answers
+        self.answers = self._handshake() | _default_answers() | self.answers
+
+    def _handshake(self) -> dict[str, Answer]:
+        tune = spec.Connection.Tune(self.channel_max, self.frame_max, self.heartbeat)
+        return {
+            "Connection.StartOk": lambda _channel, _method: [(0, tune)],
+            "Connection.Open": lambda _channel, _method: [(0, spec.Connection.OpenOk())],
+            "Connection.Close": lambda _channel, _method: [(0, spec.Connection.CloseOk())],
+        }
 
     def url(self, userinfo: str = "guest:guest", path: str = "/", query: str = "") -> str:
         """The URL of this server."""
@@ -74,11 +83,11 @@ class ScriptedBroker:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        for writer in self._writers:
-            writer.close()
         if self._server is not None:
             self._server.close()
-            await self._server.wait_closed()
+        for writer in self._writers:
+            writer.close()  # each connection's reader ends, and with it its handler
+        await asyncio.gather(*self._serving, return_exceptions=True)
 
     def methods(self, name: str) -> list[Any]:
         """The methods of this name received so far, in order."""
@@ -96,6 +105,8 @@ class ScriptedBroker:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._writers.append(writer)
+        if (task := asyncio.current_task()) is not None:
+            self._serving.add(task)
         with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
             await self._record(0, await reader.readexactly(8))  # the protocol header
             if self.start:
@@ -116,13 +127,6 @@ class ScriptedBroker:
             yield channel, frame
 
     def _answer(self, channel: int, frame: Any) -> list[tuple[int, Any]]:
-        if isinstance(frame, spec.Connection.StartOk):
-            tune = spec.Connection.Tune(self.channel_max, self.frame_max, self.heartbeat)
-            return [(0, tune)]
-        if isinstance(frame, spec.Connection.Open):
-            return [(0, spec.Connection.OpenOk())]
-        if isinstance(frame, spec.Connection.Close):
-            return [(0, spec.Connection.CloseOk())]
         answer = self.answers.get(getattr(frame, "name", ""))
         return answer(channel, frame) if answer else []
 
