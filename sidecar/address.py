@@ -209,7 +209,7 @@ class _Query(TypedDict, total=False):
     auth_mechanisms: tuple[str, ...]
 
 
-def _query(query: str) -> _Query:
+def _query(query: str) -> _Query:  # noqa: C901 - one case per query parameter
     """Read the query parameters the client honours; refuse any other by its name."""
     try:
         pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query))

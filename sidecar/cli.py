@@ -88,10 +88,11 @@ def _normalise_stdin() -> int:
 
 
 def _check(file: str) -> int:
-    from sidecar.routes import describe, load_route_map  # noqa: PLC0415 - pydantic is slow to import
+    from sidecar.route_files import load_config  # noqa: PLC0415 - pydantic is slow to import
+    from sidecar.route_text import describe  # noqa: PLC0415
 
     try:
-        route_map = load_route_map(file, env=os.environ)
+        route_map = load_config(file, env=os.environ)
     except ConfigError as e:
         print(e, file=sys.stderr)
         return EXIT_USAGE
@@ -104,12 +105,12 @@ def _run(file: str, *, log_level: str | None) -> int:
     from prometheus_client import CollectorRegistry  # noqa: PLC0415
 
     from sidecar import logs  # noqa: PLC0415
-    from sidecar.relay import Clock  # noqa: PLC0415
-    from sidecar.routes import load_route_map  # noqa: PLC0415
+    from sidecar.clock import Clock  # noqa: PLC0415
+    from sidecar.route_files import load_config  # noqa: PLC0415
     from sidecar.service import Service  # noqa: PLC0415
 
     try:
-        route_map = load_route_map(file, env=os.environ)
+        route_map = load_config(file, env=os.environ)
     except ConfigError as e:
         print(e, file=sys.stderr)
         return EXIT_USAGE
@@ -120,7 +121,7 @@ def _run(file: str, *, log_level: str | None) -> int:
         config_path=Path(file),
         env=os.environ,
         registry=CollectorRegistry(),
-        clock=Clock(now_ms=lambda: time.time_ns() // 1_000_000, monotonic=time.monotonic),
+        clock=Clock.system(),
         new_id=_new_id,
         rng=random.Random(),  # noqa: S311 - backoff jitter, not security
     )
@@ -129,7 +130,7 @@ def _run(file: str, *, log_level: str | None) -> int:
     gc.freeze()
     try:
         return _run_loop(service.run())
-    except OSError as e:  # the HTTP port is taken, a TLS file is missing
+    except OSError as e:  # the HTTP port is taken
         print(f"acemq-sidecar: {e}", file=sys.stderr)
         return EXIT_FAILED
 

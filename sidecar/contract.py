@@ -17,7 +17,19 @@ from enum import StrEnum
 from functools import lru_cache
 from typing import TYPE_CHECKING, NamedTuple, TypeAlias, TypeVar
 
-from sidecar.wire import Int8, Int16, Int32, Int64, Timestamp, UInt8, UInt16, UInt32, UInt64
+from sidecar.wire import (
+    INT_BOUNDS,
+    MAX_DEPTH,
+    Int8,
+    Int16,
+    Int32,
+    Int64,
+    Timestamp,
+    UInt8,
+    UInt16,
+    UInt32,
+    UInt64,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -36,9 +48,10 @@ __all__ = [
     "Violation",
     "move_user_id",
     "normalise",
+    "stamp_replay",
 ]
 
-CONTRACT_VERSION = "1"
+CONTRACT_VERSION = "1.1"
 
 
 class Publishers(StrEnum):
@@ -62,6 +75,7 @@ class Kind(StrEnum):
     APP_RESERVED = "app_reserved"
     MIRROR = "mirror"
     MOVED = "moved"
+    UNPORTABLE = "unportable"
 
 
 class Violation(NamedTuple):
@@ -125,10 +139,11 @@ REPLAYED_AT = "acemq-replayed-at"
 REPLAY_COUNT = "acemq-replay-count"
 REPLY_TO = "acemq-reply-to"
 ORIGINAL_USER_ID = "acemq-original-user-id"
+LEGACY_REPLAY_COUNT = "x-acemq-replay-count"
 LEGACY_NAMES = {
     "x-acemq-replayed-from": REPLAYED_FROM,
     "x-acemq-replayed-at": REPLAYED_AT,
-    "x-acemq-replay-count": REPLAY_COUNT,
+    LEGACY_REPLAY_COUNT: REPLAY_COUNT,
 }
 # Every header section 2 normalises plus the legacy spellings: the contract's headers.
 CONTRACT_HEADERS = frozenset(
@@ -157,8 +172,11 @@ UNKNOWN_RESERVED_LABEL = "x-acemq-*"
 APP_LABEL = "app"
 DEFAULT_TYPE = "message"
 
-INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+# An AMQP short string (message_id, reply_to) holds at most this many bytes (section 2).
+SHORT_STRING_MAX = 255
+
+INT32_MIN, INT32_MAX = INT_BOUNDS[Int32]
+INT64_MIN, INT64_MAX = INT_BOUNDS[Int64]
 # CONTRACT.md section 9: whitespace is ASCII space, TAB, CR, LF, VT, FF.
 WHITESPACE = " \t\r\n\x0b\x0c"
 _BASE10 = re.compile(r"[+-]?[0-9]+")
@@ -253,7 +271,7 @@ def _format_rfc3339(epoch_ms: int) -> str | None:
     return f"{text}.{millis:03d}Z" if millis else f"{text}Z"
 
 
-def _read_int(
+def _read_int(  # noqa: C901, PLR0912 - one case per row of section 3's integer rules
     value: FieldValue,
     name: str,
     found: list[Violation],
@@ -398,6 +416,65 @@ def _split_headers(
         else:
             application[name] = value
     return contract, application, unknown
+
+
+def _widen_application(value: FieldValue, found: list[Violation]) -> FieldValue:
+    """Return an application header with section 7's unsigned tags widened, counting it once."""
+    widened = _widen(value, 0)
+    if isinstance(widened, _Unchanged):
+        return value
+    found.append(Violation(Kind.UNPORTABLE, APP_LABEL))
+    return widened
+
+
+class _Unchanged:
+    """The marker _widen returns for a value that holds no unsigned integer tag."""
+
+
+_UNCHANGED = _Unchanged()
+
+
+def _widen(value: FieldValue, depth: int) -> FieldValue | _Unchanged:
+    """Widen B, u, i to s, I, l at any depth (section 7); _UNCHANGED when nothing was.
+
+    A container deeper than the codec admits is left as it is: it cannot be encoded anyway,
+    and the encoder says why, so normalise still never raises on a table that holds itself.
+    """
+    match value:
+        case UInt8():
+            return Int16(value)
+        case UInt16():
+            return Int32(value)
+        case UInt32():
+            return Int64(value)
+        case dict() if depth < MAX_DEPTH:
+            return _widen_table(value, depth)
+        case list() if depth < MAX_DEPTH:
+            return _widen_array(value, depth)
+        case _:
+            return _UNCHANGED
+
+
+def _widen_table(value: dict[str, FieldValue], depth: int) -> FieldValue | _Unchanged:
+    table: dict[str, FieldValue] | None = None  # copied at the first change only
+    for key, item in value.items():
+        new = _widen(item, depth + 1)
+        if not isinstance(new, _Unchanged):
+            if table is None:
+                table = dict(value)
+            table[key] = new
+    return _UNCHANGED if table is None else table
+
+
+def _widen_array(value: list[FieldValue], depth: int) -> FieldValue | _Unchanged:
+    items: list[FieldValue] | None = None  # copied at the first change only
+    for index, item in enumerate(value):
+        new = _widen(item, depth + 1)
+        if not isinstance(new, _Unchanged):
+            if items is None:
+                items = list(value)
+            items[index] = new
+    return _UNCHANGED if items is None else items
 
 
 def _rename_legacy(contract: dict[str, FieldValue], found: list[Violation]) -> None:
@@ -607,11 +684,39 @@ def _normalise_replay(env: _Envelope) -> None:
     env.headers[REPLAY_COUNT] = Int32(count)
 
 
+def stamp_replay(
+    headers: Mapping[str, FieldValue], *, replayed_from: str, now_ms: int
+) -> dict[str, FieldValue]:
+    """Return the headers of a message sent again by hand, stamped as a replay (section 2).
+
+    ``acemq-replayed-from`` names where it was replayed from, ``acemq-replayed-at`` is
+    ``now_ms`` in the canonical RFC 3339 form, and ``acemq-replay-count`` is one more than
+    the count the message carried (read as section 3 reads it, in either spelling; an
+    unreadable or non-positive count counts as none). The legacy spellings are removed:
+    the new stamps replace them. Every other header is kept as it is, in its place.
+    """
+    stamp = _format_rfc3339(now_ms)
+    if stamp is None:
+        raise ValueError(f"now_ms {now_ms} is outside the years 1 to 9999")
+    count = 0
+    for name in (REPLAY_COUNT, LEGACY_REPLAY_COUNT):  # the current spelling wins (section 5)
+        value = headers.get(name)
+        read = None if value is None else _read_int(value, name, [], low=INT32_MIN, high=INT32_MAX)
+        if read is not None:
+            count = max(read, 0)
+            break
+    stamped = {name: value for name, value in headers.items() if name not in LEGACY_NAMES}
+    stamped[REPLAYED_FROM] = replayed_from
+    stamped[REPLAYED_AT] = stamp
+    stamped[REPLAY_COUNT] = Int32(min(count + 1, INT32_MAX))
+    return stamped
+
+
 def _normalise_properties(env: _Envelope, msg_id: str, login: str) -> dict[str, PropertyValue]:
     """Mirror message_id and reply_to from the headers; move a foreign user_id."""
     found, headers = env.found, env.headers
     properties = dict(env.properties)
-    if properties.get("message_id") != msg_id:
+    if properties.get("message_id") != msg_id and _fits_short_string(msg_id):
         found.append(Violation(Kind.MIRROR, "message_id"))
         properties["message_id"] = msg_id
 
@@ -622,7 +727,7 @@ def _normalise_properties(env: _Envelope, msg_id: str, login: str) -> dict[str, 
             reply_to = env.default(REPLY_TO, from_property)
     if reply_to is not None:
         headers[REPLY_TO] = reply_to
-        if properties.get("reply_to") != reply_to:
+        if properties.get("reply_to") != reply_to and _fits_short_string(reply_to):
             found.append(Violation(Kind.MIRROR, "reply_to"))
             properties["reply_to"] = reply_to
 
@@ -630,6 +735,12 @@ def _normalise_properties(env: _Envelope, msg_id: str, login: str) -> dict[str, 
     if moved is not None:
         found.append(Violation(moved, "user_id"))
     return properties
+
+
+def _fits_short_string(text: str) -> bool:
+    """Whether text fits an AMQP short string property; a longer one stays in its header."""
+    # Four bytes per character at most: only long text needs encoding to know.
+    return len(text) * 4 <= SHORT_STRING_MAX or len(_wire_bytes(text)) <= SHORT_STRING_MAX
 
 
 def move_user_id(
@@ -684,7 +795,7 @@ def normalise(
     out_properties = _normalise_properties(env, msg_id, policy.login)
     out_headers = env.headers
     for name, value in application.items():
-        out_headers.setdefault(name, value)
+        out_headers.setdefault(name, _widen_application(value, found))
     return Relay(
         properties=out_properties,
         headers=out_headers,

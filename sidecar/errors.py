@@ -23,6 +23,19 @@ class ConfigError(SidecarError):
         super().__init__(f"{where}: {key}: {message}" if key else f"{where}: {message}")
 
 
+class TlsFileError(SidecarError):
+    """A TLS file the route map names cannot be used; ``key`` is which one (``ca_file``...).
+
+    The route map's parser reports it as a ``ConfigError`` at that key's line.
+    """
+
+    def __init__(self, message: str, *, key: str, path: str) -> None:
+        self.key = key
+        self.path = path
+        self.detail = message
+        super().__init__(f"broker.tls.{key}: {message}")
+
+
 # --- the transport: the broker's address, the connection and its channels -------------------
 
 

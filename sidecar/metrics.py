@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from sidecar.contract import Kind
+from sidecar.contract import APP_LABEL, LEGACY_NAMES, UNKNOWN_RESERVED_LABEL, Kind
+from sidecar.settlement import Outcome
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -52,23 +53,15 @@ RELAY_SECONDS_BUCKETS = (
     10.0,
 )
 
-# The (kind, header) pairs the Helm chart's drift alert watches; created at zero per route
-# so that `increase(...) > 0` fires on the first violation rather than on the second.
+# The (kind, header) pairs the Helm chart's drift alert watches (CONTRACT.md sections 4, 5
+# and 7); created at zero per route so that `increase(...) > 0` fires on the first violation
+# rather than on the second.
 DRIFT_VIOLATIONS: tuple[tuple[str, str], ...] = (
-    (Kind.APP_RESERVED, "x-acemq-*"),
-    (Kind.UNKNOWN_RESERVED, "x-acemq-*"),
-    (Kind.LEGACY_NAME, "x-acemq-replayed-from"),
-    (Kind.LEGACY_NAME, "x-acemq-replayed-at"),
-    (Kind.LEGACY_NAME, "x-acemq-replay-count"),
+    (Kind.APP_RESERVED, UNKNOWN_RESERVED_LABEL),
+    (Kind.UNKNOWN_RESERVED, UNKNOWN_RESERVED_LABEL),
+    *((Kind.LEGACY_NAME, legacy) for legacy in LEGACY_NAMES),
+    (Kind.UNPORTABLE, APP_LABEL),
 )
-
-
-class Outcome(StrEnum):
-    """What became of one consumed message; the values are the ``outcome`` label."""
-
-    RELAYED = "relayed"
-    QUARANTINED = "quarantined"
-    AUDITED = "audited"
 
 
 class ReloadResult(StrEnum):

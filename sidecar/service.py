@@ -11,29 +11,34 @@ import asyncio
 import functools
 import logging
 import signal
-import ssl
 from typing import TYPE_CHECKING
 
 from sidecar import __version__
 from sidecar.address import BrokerAddress
 from sidecar.amqp import connect
+from sidecar.backoff import Backoff
 from sidecar.contract import CONTRACT_VERSION
-from sidecar.errors import BrokerAddressError, ConfigError
+from sidecar.errors import BrokerAddressError, ConfigError, TlsFileError
 from sidecar.health import HealthServer, Probe
 from sidecar.metrics import Metrics, ReloadResult
-from sidecar.relay import Backoff, Clock, RouteWorker
-from sidecar.routes import load_route_map
+from sidecar.relay import RouteWorker
+from sidecar.reload_plan import plan_reload
+from sidecar.route_files import load_config
+from sidecar.tls import client_context
 from sidecar.waits import first_of, sleep_unless
 
 if TYPE_CHECKING:
     import random
+    import ssl
     from collections.abc import Callable, Mapping
     from pathlib import Path
 
     from prometheus_client import CollectorRegistry
 
     from sidecar.amqp import Connection
-    from sidecar.routes import BrokerConfig, Route, RouteMap
+    from sidecar.clock import Clock
+    from sidecar.reload_plan import ReloadPlan
+    from sidecar.route_map import BrokerConfig, Route, RouteMap
 
 __all__ = ["Service"]
 
@@ -47,12 +52,14 @@ HEALTHY_SESSION_S = 30.0  # a connection that lived this long resets the reconne
 
 
 def _ssl_context(broker: BrokerConfig) -> ssl.SSLContext | None:
+    # Built again at every connect: a renewed certificate applies at the next reconnect. A
+    # file gone since the map was loaded fails this connect, which is retried with backoff.
     if not broker.url.startswith("amqps://"):
         return None
-    context = ssl.create_default_context(cafile=broker.tls.ca_file)
-    if broker.tls.cert_file:
-        context.load_cert_chain(broker.tls.cert_file, broker.tls.key_file)
-    return context
+    try:
+        return client_context(broker.tls)
+    except TlsFileError as e:
+        raise ConnectionError(str(e)) from e
 
 
 class Service:
@@ -301,52 +308,48 @@ class Service:
         # is one reload) but still sees a write that lands while we read.
         self._config_stamp = self._stat_config()
         try:
-            new_map = load_route_map(self._config_path, env=self._env)
+            new_map = load_config(self._config_path, env=self._env)
         except ConfigError as e:
             log.error("config reload refused, the running routes are unchanged: %s", e)  # noqa: TRY400
             self._metrics.count_reload(ReloadResult.REFUSED)
             return
-        old_map = self._route_map
-        if new_map.broker != old_map.broker:
+        plan = plan_reload(self._route_map, new_map)
+        if plan.broker_changed:
             log.warning("config reload: broker settings take effect at the next reconnect")
-        if new_map.http != old_map.http:
+        if plan.http_changed:
             log.warning("config reload: http settings take effect at the next start")
-        everything = (
-            new_map.quarantine_exchange != old_map.quarantine_exchange
-            or new_map.shutdown_grace_s != old_map.shutdown_grace_s
-        )
-        old_routes = {route.name: route for route in old_map.routes}
-        new_routes = {route.name: route for route in new_map.routes}
-        changed = {
-            name
-            for name, route in old_routes.items()
-            if everything or new_routes.get(name) != route
-        }
         self._route_map = new_map
-        for name in changed:
-            entry = self._workers.pop(name, None)
-            if entry is not None:
-                # It drains its in-flight messages, then closes. It leaves the route's
-                # gauge alone from now on: a successor may own it (even one re-added by a
-                # later reload while this one drains); a removed route's series go anyway.
-                entry[0].request_stop(replaced=True)
-            if name in new_routes:
-                continue
-            if entry is None:
-                self._metrics.remove_route(name)
-            else:  # after the drain, or its last messages would bring the series back
-                entry[1].add_done_callback(functools.partial(self._forget_route, name))
-        for name, route in new_routes.items():
-            if name not in old_routes:
-                self._metrics.add_route(name)
-            if (name in changed or name not in old_routes) and self._session is not None:
-                self._start_worker(route)
+        self._carry_out(plan)
         self._metrics.count_reload(ReloadResult.APPLIED)
         log.info(
-            "config reloaded: %d routes, %d restarted or added",
-            len(new_routes),
-            len(changed | (new_routes.keys() - old_routes.keys())),
+            "config reloaded: %d routes; %d restarted, %d added, %d removed",
+            len(new_map.routes),
+            len(plan.restart),
+            len(plan.start),
+            len(plan.stop),
         )
+
+    def _carry_out(self, plan: ReloadPlan) -> None:
+        """Stop, start and restart the workers the plan names; keep the others running."""
+        draining: dict[str, asyncio.Task[None]] = {}
+        for name in (*plan.stop, *(route.name for route in plan.restart)):
+            entry = self._workers.pop(name, None)
+            if entry is not None:
+                # It drains its in-flight messages, then closes. It leaves the route's gauge
+                # alone from now on: a successor may own it (even one re-added by a later
+                # reload while this one drains); a removed route's series go anyway.
+                entry[0].request_stop(replaced=True)
+                draining[name] = entry[1]
+        for name in plan.stop:
+            if name in draining:  # after the drain, or its last messages would bring them back
+                draining[name].add_done_callback(functools.partial(self._forget_route, name))
+            else:
+                self._metrics.remove_route(name)
+        for route in plan.start:
+            self._metrics.add_route(route.name)
+        if self._session is not None:
+            for route in (*plan.restart, *plan.start):
+                self._start_worker(route)
 
     def _forget_route(self, name: str, _task: object = None) -> None:
         if all(route.name != name for route in self._route_map.routes):

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from sidecar.contract import Kind, Policy, Publishers, Reject, Relay, normalise
 from sidecar.wire import (
+    INT_BOUNDS,
     ByteArray,
     Float32,
     Int8,
@@ -70,7 +71,8 @@ def from_json(value: Any, path: str = "headers") -> FieldValue:  # noqa: ANN401 
     if value is None or isinstance(value, (bool, str)):
         return value
     if isinstance(value, int):
-        return Int32(value) if -(2**31) <= value < 2**31 else Int64(value)
+        low, high = INT_BOUNDS[Int32]
+        return Int32(value) if low <= value <= high else Int64(value)
     if isinstance(value, list):
         return [from_json(item, f"{path}[{i}]") for i, item in enumerate(value)]
     if not isinstance(value, dict):
@@ -104,7 +106,7 @@ def _from_tagged(tag: str, inner: Any, path: str) -> FieldValue:  # noqa: ANN401
     raise VectorError(f"{path}: unknown tag {tag}")
 
 
-def to_json(value: FieldValue) -> Any:  # noqa: ANN401 - JSON is untyped
+def to_json(value: FieldValue) -> Any:  # noqa: ANN401, PLR0911 - JSON is untyped; a case per tag
     """Turn a wire value into the vector notation, tags included."""
     match value:
         case None | bool() | str():
@@ -209,7 +211,12 @@ def _diff_reason(parts: list[str], reason: str) -> str | None:
     return None
 
 
-def _diff(expected: Any, actual: Any, path: str, bindings: dict[str, str]) -> str | None:  # noqa: ANN401
+def _diff(  # noqa: C901, PLR0911, PLR0912 - one case per kind of JSON value compared
+    expected: Any,  # noqa: ANN401
+    actual: Any,  # noqa: ANN401
+    path: str,
+    bindings: dict[str, str],
+) -> str | None:
     if isinstance(expected, dict) and len(expected) == 1 and "$uuid" in expected:
         return _diff_uuid(expected["$uuid"], actual, path, bindings)
     if isinstance(expected, dict) and len(expected) == 1 and "$float" in expected:

@@ -34,11 +34,13 @@ import math
 import struct
 from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
+from types import MappingProxyType
 from typing import Any, Final, TypeAlias, cast
 
 from sidecar.errors import WireError
 
 __all__ = [
+    "INT_BOUNDS",
     "MAX_DEPTH",
     "ByteArray",
     "FieldArray",
@@ -126,6 +128,22 @@ class ByteArray(bytes):
     """Byte array (tag ``x``); plain ``bytes`` is a long string that is not UTF-8."""
 
     __slots__ = ()
+
+
+# The range of every integer class: the one home of the AMQP integer bounds.
+INT_BOUNDS: Final[Mapping[type[int], tuple[int, int]]] = MappingProxyType(
+    {
+        Int8: (-(2**7), 2**7 - 1),
+        UInt8: (0, 2**8 - 1),
+        Int16: (-(2**15), 2**15 - 1),
+        UInt16: (0, 2**16 - 1),
+        Int32: (-(2**31), 2**31 - 1),
+        UInt32: (0, 2**32 - 1),
+        Int64: (-(2**63), 2**63 - 1),
+        UInt64: (0, 2**64 - 1),
+        Timestamp: (0, 2**64 - 1),
+    }
+)
 
 
 FieldTable: TypeAlias = "dict[str, FieldValue]"
@@ -265,7 +283,9 @@ def decode_table_for_pamqp(data: bytes) -> tuple[int, FieldTable]:
     return end, table
 
 
-def _decode_table(buf: bytes, o: int, limit: int, depth: int) -> tuple[FieldTable, int]:
+def _decode_table(  # noqa: C901, PLR0912 - the hot loop, one function: no call per field
+    buf: bytes, o: int, limit: int, depth: int
+) -> tuple[FieldTable, int]:
     """Decode the table whose length is at ``o``; it must end by ``limit``, its container's end."""
     if o + 4 > limit:
         raise _FieldError(f"table length at offset {o} needs 4 bytes, {max(limit - o, 0)} left")
@@ -337,7 +357,9 @@ def _decode_array(buf: bytes, o: int, limit: int, depth: int) -> tuple[FieldArra
     return items, end
 
 
-def _decode_value(buf: bytes, at: int, limit: int, depth: int) -> tuple[FieldValue, int]:
+def _decode_value(  # noqa: C901, PLR0911, PLR0912 - one branch per wire tag, by frequency
+    buf: bytes, at: int, limit: int, depth: int
+) -> tuple[FieldValue, int]:
     """Decode the tagged value at ``at``; return it and the offset just past it.
 
     Fixed-width values are read without a bounds check: ``struct.error`` (past the buffer)
@@ -615,7 +637,7 @@ def _range_problem(value: object) -> str:
     """Return what is wrong with ``value``, which ``struct`` refused to pack."""
     if isinstance(value, int):
         base = _encodable_base(value)
-        bounds = _INT_BOUNDS.get(base) if base is not None else None
+        bounds = INT_BOUNDS.get(base) if base is not None else None
         if bounds is not None and base is not None:
             low, high = bounds
             return f"{base.__name__} {int(value)} is outside {low}..{high}"
@@ -733,18 +755,6 @@ def _fixed_width(tag: bytes, code: str) -> Callable[[int | float, list[bytes]], 
     encode.__doc__ = f"Append the value as {tag.decode()} ({code!r}); struct checks the range."
     return encode
 
-
-_INT_BOUNDS: Final[dict[type, tuple[int, int]]] = {
-    Int8: (-(2**7), 2**7 - 1),
-    UInt8: (0, 2**8 - 1),
-    Int16: (-(2**15), 2**15 - 1),
-    UInt16: (0, 2**16 - 1),
-    Int32: (-(2**31), 2**31 - 1),
-    UInt32: (0, 2**32 - 1),
-    Int64: (-(2**63), 2**63 - 1),
-    UInt64: (0, 2**64 - 1),
-    Timestamp: (0, 2**64 - 1),
-}
 
 # Dispatch on the exact class: bool is an int and ByteArray is bytes, so order-dependent
 # isinstance chains would be both slower and easier to get wrong. Tables and arrays are not

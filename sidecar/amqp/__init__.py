@@ -2,16 +2,17 @@
 
 A lean client on an asyncio protocol, built for one job: consume, publish with confirms,
 ack. The frames every message crosses are read and written by our own codec
-(:mod:`sidecar.amqp.frames`); the rare ones go through pamqp behind one hook
+(:mod:`sidecar.frames`); the rare ones go through pamqp behind one hook
 (:mod:`sidecar.amqp.codec`, and :mod:`sidecar.amqp.handshake` for channel 0). The relay
 talks to it through the Protocols of :mod:`sidecar.amqp.protocols`. Import from here,
 never from a submodule: import-linter holds everyone else to this face.
 
 The modules, each one job: ``link`` (the socket: frames in, batched writes out,
 heartbeats), ``handshake`` (channel 0), ``connection`` (connect, channels, checks),
-``channel`` (the channel's state machine), ``acks`` and ``confirms`` (its settlement
-bookkeeping), ``delivery`` (the values it hands out), ``frames`` (the hot frames, pure),
-``codec`` (pamqp), ``protocols`` (what the relay needs).
+``lifecycle`` (a channel's state machine), ``channel`` (consume, publish, ack on it),
+``acks`` and ``confirms`` (its settlement bookkeeping), ``content`` (messages put together
+from their frames, as :mod:`sidecar.delivery`'s values), ``codec`` (pamqp),
+``protocols`` (what the relay needs).
 """
 
 from __future__ import annotations
@@ -21,10 +22,9 @@ from typing import TYPE_CHECKING
 from sidecar.amqp.channel import Channel
 from sidecar.amqp.codec import install_codec
 from sidecar.amqp.connection import Connection, connect
-from sidecar.amqp.delivery import Delivery, PublishOutcome
-from sidecar.amqp.frames import UndecodableTable
 from sidecar.amqp.lifecycle import ChannelState
 from sidecar.amqp.protocols import Consumer, Publisher, RelayChannel, RelayConnection
+from sidecar.delivery import Delivery, PublishOutcome
 from sidecar.errors import (
     BrokerConnectionError,
     ChannelClosedError,
@@ -33,6 +33,7 @@ from sidecar.errors import (
     MissingEntityError,
     SidecarChannelError,
 )
+from sidecar.frames import UndecodableTable
 
 __all__ = [
     "BrokerConnectionError",

@@ -5,7 +5,7 @@ publishes and acks; a closing one still hands over the deliveries already on the
 (their acks are refused, and the broker redelivers them). Acks made in one turn leave
 together (:mod:`sidecar.amqp.acks`); publishes are settled by the broker's confirms and
 returns (:mod:`sidecar.amqp.confirms`). The hot frames come from
-:mod:`sidecar.amqp.frames`, the write from the link.
+:mod:`sidecar.frames`, the write from the link.
 """
 
 from __future__ import annotations
@@ -17,8 +17,11 @@ from typing import TYPE_CHECKING, Any
 from sidecar.amqp import codec
 from sidecar.amqp.acks import Acks
 from sidecar.amqp.confirms import NOT_FOUND, Confirms
-from sidecar.amqp.delivery import Content, ContentReader, Delivery, PublishOutcome
-from sidecar.amqp.frames import (
+from sidecar.amqp.content import Content, ContentReader, delivery_of
+from sidecar.amqp.lifecycle import CLOSE_TIMEOUT_S, ChannelLife, ChannelState
+from sidecar.delivery import PublishOutcome
+from sidecar.errors import ChannelClosedError, ChannelLostError, MissingEntityError
+from sidecar.frames import (
     BASIC_ACK,
     BASIC_CANCEL,
     BASIC_DELIVER,
@@ -30,17 +33,16 @@ from sidecar.amqp.frames import (
     parse_return,
     publish_frames,
 )
-from sidecar.amqp.frames import content_header as encode_content_header
-from sidecar.amqp.lifecycle import CLOSE_TIMEOUT_S, ChannelLife, ChannelState
-from sidecar.errors import ChannelClosedError, ChannelLostError, MissingEntityError
+from sidecar.frames import content_header as encode_content_header
 
 if TYPE_CHECKING:
     import asyncio
     from collections.abc import Callable, Coroutine, Mapping
 
-    from sidecar.amqp.frames import UndecodableTable
     from sidecar.amqp.lifecycle import ChannelLink
     from sidecar.contract import PropertyValue
+    from sidecar.delivery import Delivery
+    from sidecar.frames import UndecodableTable
     from sidecar.wire import FieldValue
 
 __all__ = ["Channel"]
@@ -184,7 +186,7 @@ class Channel(ChannelLife):
             self._on_return(content, method)
         elif self._callback is not None and self._state is not ChannelState.CLOSED:
             self._acks.expect(method.delivery_tag)
-            delivery = Delivery.of(method, content.header, content.body)
+            delivery = delivery_of(method, content.header, content.body)
             self._spawn(self._callback(delivery))
 
     def _on_return(self, content: Content, method: BasicReturn) -> None:

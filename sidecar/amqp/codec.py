@@ -22,8 +22,8 @@ from pamqp import decode as pamqp_decode
 from pamqp import encode as pamqp_encode
 from pamqp import frame as pamqp_frame
 
-from sidecar.amqp.frames import UndecodableTable, put_shortstr, read_shortstr
 from sidecar.errors import SidecarError, WireError
+from sidecar.frames import UndecodableTable, put_shortstr, read_shortstr
 from sidecar.wire import Timestamp, decode_table_for_pamqp, encode_table_for_pamqp
 
 if TYPE_CHECKING:

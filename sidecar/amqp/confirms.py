@@ -10,13 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from sidecar.amqp.delivery import PublishOutcome
+from sidecar.delivery import PublishOutcome
 from sidecar.errors import ChannelClosedError, ChannelLostError, MissingEntityError
 
 if TYPE_CHECKING:
     import asyncio
 
-    from sidecar.amqp.frames import BasicReturn, ContentHeader
+    from sidecar.frames import BasicReturn, ContentHeader
 
 __all__ = ["Confirms"]
 

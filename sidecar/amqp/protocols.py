@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine, Mapping
 
-    from sidecar.amqp.delivery import Delivery, PublishOutcome
-    from sidecar.amqp.frames import UndecodableTable
     from sidecar.contract import PropertyValue
+    from sidecar.delivery import Delivery, PublishOutcome
+    from sidecar.frames import UndecodableTable
     from sidecar.wire import FieldValue
 
 __all__ = ["Consumer", "Publisher", "RelayChannel", "RelayConnection"]

@@ -148,13 +148,13 @@ def expected_violations(
 
 # --- a sidecar with a short violation log interval ----------------------------------------
 
-# The one change from `python -m sidecar run`: relay.py's violation log interval (60 s)
+# The one change from `python -m sidecar run`: route_log.py's log interval (60 s)
 # made short, so that a flood's suppressed count shows within a test. Everything else
 # (argument parsing, logging set-up, the service) is the real command line.
 _LAUNCH = (
-    "import sys, runpy, sidecar.relay as relay\n"
-    "assert hasattr(relay, 'VIOLATION_LOG_INTERVAL_S'), 'relay.py renamed the interval'\n"
-    "relay.VIOLATION_LOG_INTERVAL_S = float(sys.argv.pop(1))\n"
+    "import sys, runpy, sidecar.route_log as route_log\n"
+    "assert hasattr(route_log, 'LOG_INTERVAL_S'), 'route_log.py renamed the interval'\n"
+    "route_log.LOG_INTERVAL_S = float(sys.argv.pop(1))\n"
     "runpy.run_module('sidecar', run_name='__main__', alter_sys=True)\n"
 )
 

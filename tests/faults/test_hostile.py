@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
 from sidecar.amqp import UndecodableTable
-from sidecar.relay import ERROR_HEADER
+from sidecar.contract import ERROR as ERROR_HEADER
 from sidecar.wire import MAX_DEPTH, ByteArray, Float32, Int32, Int64, UInt64
 from tests.e2e.conftest import eventually
 from tests.faults.conftest import scrape

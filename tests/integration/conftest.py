@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from sidecar.relay import Clock
+from sidecar.clock import Clock
 from sidecar.routes import load_route_map
 from sidecar.service import Service
 from tests.support import Broker
@@ -129,7 +129,7 @@ def run_sidecar(tmp_path: Path) -> Callable[..., contextlib.AbstractAsyncContext
             config_path=path,
             env={},
             registry=registry,
-            clock=Clock(now_ms=lambda: time.time_ns() // 1_000_000, monotonic=time.monotonic),
+            clock=Clock.system(),
             new_id=lambda: str(uuid.uuid4()),
             rng=random.Random(7),
         )

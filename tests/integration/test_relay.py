@@ -12,7 +12,8 @@ from typing import Any
 import aiormq.abc
 import pytest
 
-from sidecar.relay import ERROR_HEADER, QUARANTINED_FROM
+from sidecar.contract import ERROR as ERROR_HEADER
+from sidecar.settlement import QUARANTINED_FROM
 from sidecar.vectors import to_json
 from sidecar.wire import (
     ByteArray,
@@ -270,13 +271,18 @@ EVERY_TYPE: dict[str, Any] = {
 async def test_every_header_type_survives_the_broker(
     broker: Broker, run_sidecar: Callable[..., Any]
 ) -> None:
-    """Application headers of every AMQP type come out with the same value and the same type."""
+    """Application headers of every AMQP type come out with the same value and the same type.
+
+    All but the unsigned integers, which CONTRACT.md section 7 widens to signed tags.
+    """
     topo = await make_topology(broker)
     async with run_sidecar(one_route(broker, topo)):
         await broker.publish(topo.staging, headers=envelope("f-1", **EVERY_TYPE), message_id="f-1")
         (message,) = await broker.take(topo.target, 1)
     headers = headers_of(message)
-    assert {name: to_json(headers[name]) for name in EVERY_TYPE} == to_json(EVERY_TYPE)
+    widened = {"u8": Int16(255), "u16": Int32(65535), "u32": Int64(2**32 - 1)}
+    expected = {**EVERY_TYPE, **widened}
+    assert {name: to_json(headers[name]) for name in EVERY_TYPE} == to_json(expected)
 
 
 async def test_user_id_equal_to_login_passes(
@@ -340,17 +346,17 @@ async def test_foreign_user_id_is_moved(
         assert headers_of(message)["acemq-original-user-id"] == "guest"
 
 
-async def test_unencodable_copy_is_quarantined(
+async def test_an_id_too_long_for_message_id_is_relayed_in_its_header(
     broker: Broker, run_sidecar: Callable[..., Any]
 ) -> None:
-    """An id too long for message_id cannot be mirrored; the message is quarantined, not lost."""
+    """CONTRACT.md section 2: a 300-byte id travels in x-acemq-id; message_id stays as it came."""
     topo = await make_topology(broker)
     long_id = "x" * 300
     async with run_sidecar(one_route(broker, topo)):
         await broker.publish(topo.staging, headers=envelope(long_id), message_id="short")
-        (message,) = await broker.take(topo.quarantine, 1)
-    assert "cannot be encoded" in headers_of(message)[ERROR_HEADER]
+        (message,) = await broker.take(topo.target, 1)
     assert headers_of(message)["x-acemq-id"] == long_id
+    assert message.header.properties.message_id == "short"
 
 
 async def test_prefetch_bounds_in_flight_and_work_is_pipelined(
@@ -472,16 +478,16 @@ async def test_internal_error_quarantines_instead_of_spinning(
     broker: Broker, run_sidecar: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A bug on one message quarantines it with the error; the route goes on with the next."""
-    import sidecar.relay  # noqa: PLC0415
+    import sidecar.settlement  # noqa: PLC0415
 
-    real = sidecar.relay.normalise
+    real = sidecar.settlement.normalise
 
     def flaky(routing_key: str, properties: Any, headers: Any, **kwargs: Any) -> Any:
         if headers.get("x-acemq-id") == "bug-1":
             raise RuntimeError("boom")
         return real(routing_key, properties, headers, **kwargs)
 
-    monkeypatch.setattr(sidecar.relay, "normalise", flaky)
+    monkeypatch.setattr(sidecar.settlement, "normalise", flaky)
     topo = await make_topology(broker)
     async with run_sidecar(one_route(broker, topo)) as running:
         await broker.publish(topo.staging, headers=envelope("bug-1"))
@@ -504,16 +510,16 @@ async def test_quarantine_that_does_not_route_holds_and_retries_in_place(
     broker: Broker, run_sidecar: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A quarantine nobody can receive pauses the route without reopening (requeueing) it."""
-    from sidecar.relay import RouteWorker  # noqa: PLC0415
+    from sidecar.amqp import Connection  # noqa: PLC0415
 
     opens = {"count": 0}
-    real_open = RouteWorker._open
+    real_channel = Connection.channel
 
-    async def counting_open(self: RouteWorker, connection: Any) -> Any:
+    async def counting_channel(self: Connection, *, prefetch: int) -> Any:
         opens["count"] += 1
-        return await real_open(self, connection)
+        return await real_channel(self, prefetch=prefetch)
 
-    monkeypatch.setattr(RouteWorker, "_open", counting_open)
+    monkeypatch.setattr(Connection, "channel", counting_channel)
     staging = await broker.queue("staging.hold")
     target = await broker.exchange("target.hold")
     quarantine = await broker.exchange("quarantine.unbound", "fanout")

@@ -131,7 +131,7 @@ def field_tables(*, max_depth: int = 3, max_size: int = 6) -> st.SearchStrategy[
     return st.dictionaries(field_names(), inner, max_size=max_size)
 
 
-def same_typed(a: object, b: object) -> bool:
+def same_typed(a: object, b: object) -> bool:  # noqa: PLR0911 - a case per kind of value
     """Return whether ``a`` and ``b`` are equal with the same class at every level.
 
     Stricter than ``==`` where the wire is: ``Int8(1)`` is not ``Int32(1)``, ``True`` is not

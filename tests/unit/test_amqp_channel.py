@@ -11,8 +11,8 @@ from pamqp import frame as pamqp_frame
 from pamqp import header as pamqp_header
 
 from sidecar.amqp import Channel, ChannelLostError, Delivery, PublishOutcome, codec, install_codec
-from sidecar.amqp.frames import HEARTBEAT
 from sidecar.amqp.link import WRITE_BATCH_BYTES, Link
+from sidecar.frames import HEARTBEAT
 
 from .amqp_fakes import FakeLink, FakeTransport, control, opened, payload_of
 

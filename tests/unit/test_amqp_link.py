@@ -12,8 +12,8 @@ from pamqp import frame as pamqp_frame
 from pamqp import header as pamqp_header
 
 from sidecar.amqp import BrokerConnectionError, ChannelLostError, install_codec
-from sidecar.amqp.frames import BASIC_DELIVER, HEARTBEAT
 from sidecar.amqp.link import Link
+from sidecar.frames import BASIC_DELIVER, HEARTBEAT
 
 from .amqp_fakes import FakeTransport
 

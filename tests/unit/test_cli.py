@@ -12,8 +12,8 @@ from sidecar.cli import build_parser, main
 from tests.unit.test_contract_vectors import VECTORS
 
 
-def test_conform_passes_the_shared_vectors(capsys: pytest.CaptureFixture[str]) -> None:
-    """conform on the shared file reports every vector passed and exits 0."""
+def test_conform_passes_the_conformance_vectors(capsys: pytest.CaptureFixture[str]) -> None:
+    """conform on the vector file reports every vector passed and exits 0."""
     assert main(["conform", str(VECTORS)]) == 0
     count = len(json.loads(VECTORS.read_text(encoding="utf-8"))["vectors"])
     assert capsys.readouterr().out.strip().splitlines()[-1] == f"{count} passed, 0 failed"

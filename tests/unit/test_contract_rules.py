@@ -13,7 +13,19 @@ import pytest
 
 from sidecar.contract import Policy, Publishers, Reject, Relay, normalise
 from sidecar.vectors import from_json, to_json
-from sidecar.wire import ByteArray, Float32, Int64, Timestamp, UInt64, encode_table
+from sidecar.wire import (
+    ByteArray,
+    Float32,
+    Int16,
+    Int32,
+    Int64,
+    Timestamp,
+    UInt8,
+    UInt16,
+    UInt32,
+    UInt64,
+    encode_table,
+)
 
 NOW = 1_790_000_000_000
 BASE: dict[str, Any] = {
@@ -323,3 +335,54 @@ def test_apps_zero_timestamp_fills_then_is_out_of_range(new_id: Callable[[], str
         ("defaulted", "x-acemq-first-seen"),
         ("out_of_range", "x-acemq-first-seen"),
     ]
+
+
+def test_widening_leaves_the_input_table_as_it_was(new_id: Callable[[], str]) -> None:
+    """A nested unsigned tag is widened in a new table; the caller's table keeps its tag."""
+    inner: dict[str, Any] = {"n": UInt16(40000), "list": [UInt8(1)]}
+    verdict = run(new_id, {"x-stats": inner})
+    assert isinstance(verdict, Relay)
+    out = verdict.headers["x-stats"]
+    assert isinstance(out, dict)
+    assert type(out["n"]) is Int32
+    assert type(out["list"][0]) is Int16
+    assert type(inner["n"]) is UInt16
+    assert type(inner["list"][0]) is UInt8
+    assert pairs(verdict) == [("unportable", "app")]
+
+
+def test_a_table_that_holds_itself_still_gets_a_verdict(new_id: Callable[[], str]) -> None:
+    """Widening stops at the codec's depth, so a cyclic table cannot exhaust the stack."""
+    cyclic: dict[str, Any] = {"n": UInt32(1)}
+    cyclic["self"] = cyclic
+    verdict = run(new_id, {"x-cycle": cyclic})
+    assert isinstance(verdict, Relay)
+    assert pairs(verdict) == [("unportable", "app")]
+
+
+@pytest.mark.parametrize(
+    ("header", "prop"), [("x-acemq-id", "message_id"), ("acemq-reply-to", "reply_to")]
+)
+@pytest.mark.parametrize("came", [None, "short"])
+def test_an_address_past_255_bytes_stays_in_its_header(
+    new_id: Callable[[], str], header: str, prop: str, came: str | None
+) -> None:
+    """Section 2: a header too long for a short string leaves its property as it came."""
+    long = "é" * 128  # 128 characters, 256 bytes of UTF-8
+    properties = {} if came is None else {prop: came}
+    if prop == "reply_to":
+        properties["message_id"] = "m-1"
+    verdict = run(new_id, {header: long}, properties=properties)
+    assert isinstance(verdict, Relay)
+    assert verdict.headers[header] == long
+    assert verdict.properties.get(prop) == came
+    assert ("mirror", prop) not in pairs(verdict)
+
+
+def test_an_address_of_255_bytes_is_still_mirrored(new_id: Callable[[], str]) -> None:
+    """The bound is the short string's: 255 bytes fit and are mirrored as before."""
+    edge = "é" * 127 + "a"  # 255 bytes
+    verdict = run(new_id, {"x-acemq-id": edge})
+    assert isinstance(verdict, Relay)
+    assert verdict.properties["message_id"] == edge
+    assert ("mirror", "message_id") in pairs(verdict)

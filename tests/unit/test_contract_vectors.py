@@ -1,4 +1,9 @@
-"""Conformance: every vector of ../shared/contract/vectors.json, and idempotence on each."""
+"""Conformance: every vector of tests/contract/vectors.json, and idempotence on each.
+
+tests/contract/vectors.json is the project's copy of ../shared/contract/vectors.json, so a
+clone with no ../shared beside it runs every vector; where ../shared exists, the copy must
+be byte-identical to it.
+"""
 
 from __future__ import annotations
 
@@ -14,18 +19,30 @@ from sidecar.contract import Kind, Relay, normalise
 from sidecar.vectors import message_from_json, run_vector, to_json
 
 REPO = Path(__file__).resolve().parents[2]
+VECTORS = REPO / "tests" / "contract" / "vectors.json"
 SHARED = Path(os.environ.get("ACEMQ_SHARED", REPO.parent / "shared"))
-VECTORS = SHARED / "contract" / "vectors.json"
+SHARED_VECTORS = SHARED / "contract" / "vectors.json"
 
 
 def _load() -> list[dict[str, Any]]:
     # Missing vectors are a failure, never a skip: a conformance run without them proves nothing.
     if not VECTORS.is_file():
-        pytest.fail(
-            f"{VECTORS} is missing; check out ../shared beside the repo or set ACEMQ_SHARED"
-        )
+        pytest.fail(f"{VECTORS} is missing: the repository's copy of the conformance vectors")
     vectors: list[dict[str, Any]] = json.loads(VECTORS.read_text(encoding="utf-8"))["vectors"]
     return vectors
+
+
+def test_vector_copy_matches_the_shared_vectors() -> None:
+    """The repository's copy is byte-identical to ../shared/contract/vectors.json.
+
+    Runs only where ../shared (or ACEMQ_SHARED) exists: a user's clone has only the copy.
+    To take a new shared set: cp ../shared/contract/vectors.json tests/contract/vectors.json
+    """
+    if not SHARED_VECTORS.is_file():
+        pytest.skip(f"{SHARED_VECTORS} does not exist here; the repository's copy is used")
+    assert VECTORS.read_bytes() == SHARED_VECTORS.read_bytes(), (
+        f"{VECTORS} differs from {SHARED_VECTORS}: copy the shared file over the repository's"
+    )
 
 
 def _ids(vectors: list[dict[str, Any]]) -> list[str]:
@@ -48,7 +65,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def test_vector_file_is_not_trivial() -> None:
     """A truncated vector file would make the suite pass vacuously."""
     vectors = _load()
-    assert len(vectors) >= 90
+    assert len(vectors) >= 93
     assert len(set(_ids(vectors))) == len(vectors)
 
 

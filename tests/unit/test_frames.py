@@ -13,7 +13,8 @@ from pamqp import frame as pamqp_frame
 from pamqp import header as pamqp_header
 
 from sidecar.amqp import install_codec
-from sidecar.amqp.frames import (
+from sidecar.errors import WireError
+from sidecar.frames import (
     HEADER,
     UndecodableTable,
     ack_frame,
@@ -24,7 +25,6 @@ from sidecar.amqp.frames import (
     parse_return,
     publish_frames,
 )
-from sidecar.errors import WireError
 from sidecar.wire import Int8, Int32, encode_table
 
 from .strategies import field_table_bytes, field_tables, same_typed

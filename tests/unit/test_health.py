@@ -18,9 +18,9 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from sidecar import service as service_module
+from sidecar.clock import Clock
 from sidecar.health import HealthBindError, HealthServer, Probe
 from sidecar.metrics import Metrics
-from sidecar.relay import Clock
 from sidecar.routes import load_route_map
 from sidecar.service import Service
 
@@ -320,7 +320,7 @@ def make_service(tmp_path: Path, *, routes: tuple[str, ...] = ("orders",)) -> Se
         config_path=path,
         env={},
         registry=CollectorRegistry(),
-        clock=Clock(now_ms=lambda: time.time_ns() // 1_000_000, monotonic=time.monotonic),
+        clock=Clock.system(),
         new_id=lambda: "id",
         rng=random.Random(1),
     )

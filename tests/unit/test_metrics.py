@@ -10,7 +10,8 @@ from prometheus_client import CollectorRegistry
 
 from sidecar import contract
 from sidecar.contract import Kind, Violation
-from sidecar.metrics import DRIFT_VIOLATIONS, Metrics, Outcome, ReloadResult
+from sidecar.metrics import DRIFT_VIOLATIONS, Metrics, ReloadResult
+from sidecar.settlement import Outcome
 
 if TYPE_CHECKING:
     from prometheus_client.samples import Sample
@@ -88,6 +89,7 @@ def test_drift_series_match_the_contracts_labels() -> None:
         (Kind.APP_RESERVED, contract.UNKNOWN_RESERVED_LABEL),
         (Kind.UNKNOWN_RESERVED, contract.UNKNOWN_RESERVED_LABEL),
         *((Kind.LEGACY_NAME, legacy) for legacy in contract.LEGACY_NAMES),
+        (Kind.UNPORTABLE, contract.APP_LABEL),
     }
     assert set(DRIFT_VIOLATIONS) == expected
 

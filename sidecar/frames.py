@@ -1,5 +1,8 @@
 """AMQP 0-9-1 frames on the relay's hot path, in our own types: pure, no I/O.
 
+The AMQP client (:mod:`sidecar.amqp`) reads and writes them; it lives outside the client's
+package so that the pure core (settlement, delivery) can use its types without I/O.
+
 The frames every message crosses (``basic.deliver`` with its content header and body,
 ``basic.publish`` with its, the broker's confirms and returns, our acks) are built and read
 here with :mod:`struct` and :mod:`sidecar.wire`, once per message and without an

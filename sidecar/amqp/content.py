@@ -1,71 +1,41 @@
-"""What a channel hands out, and how a message is put together from its frames.
+"""How a message is put together from its method, content header and body frames.
 
-A delivery in our own types, a publish's outcome, and the assembly of a message from its
-method, content header and body frames. Values only; no I/O.
+The values it makes are :mod:`sidecar.delivery`'s (pure, so the relay's decisions and
+their tests need no client). No I/O.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 from types import MappingProxyType
-from typing import TYPE_CHECKING
 
-from sidecar.amqp.frames import (
+from sidecar.delivery import Delivery
+from sidecar.errors import WireError
+from sidecar.frames import (
     BasicDeliver,
     BasicReturn,
     ContentHeader,
     UndecodableTable,
     parse_content_header,
 )
-from sidecar.errors import WireError
 
-if TYPE_CHECKING:
-    from collections.abc import Mapping
-
-    from sidecar.contract import PropertyValue
-    from sidecar.wire import FieldValue
-
-__all__ = ["Content", "ContentReader", "Delivery", "PublishOutcome"]
+__all__ = ["Content", "ContentReader", "delivery_of"]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Delivery:
-    """One message consumed from a staging queue, in our own types."""
-
-    delivery_tag: int
-    exchange: str
-    routing_key: str
-    redelivered: bool
-    properties: Mapping[str, PropertyValue]
-    headers: Mapping[str, FieldValue]
-    body: bytes
-    undecodable: UndecodableTable | None = None
-    content_header: bytes = b""  # as received: republished as it is when nothing changed
-
-    @classmethod
-    def of(cls, method: BasicDeliver, header: ContentHeader, body: bytes) -> Delivery:
-        """Return the delivery a ``basic.deliver`` and its content made."""
-        raw = header.headers
-        return cls(
-            delivery_tag=method.delivery_tag,
-            exchange=method.exchange,
-            routing_key=method.routing_key,
-            redelivered=method.redelivered,
-            properties=MappingProxyType(header.properties),
-            headers=MappingProxyType(raw if isinstance(raw, dict) else {}),
-            body=body,
-            undecodable=raw if isinstance(raw, UndecodableTable) else None,
-            content_header=header.payload,
-        )
-
-
-class PublishOutcome(StrEnum):
-    """How the broker settled one publish."""
-
-    CONFIRMED = "confirmed"
-    RETURNED = "returned"  # mandatory and unroutable
-    NACKED = "nacked"
+def delivery_of(method: BasicDeliver, header: ContentHeader, body: bytes) -> Delivery:
+    """Return the delivery a ``basic.deliver`` and its content made."""
+    raw = header.headers
+    return Delivery(
+        delivery_tag=method.delivery_tag,
+        exchange=method.exchange,
+        routing_key=method.routing_key,
+        redelivered=method.redelivered,
+        properties=MappingProxyType(header.properties),
+        headers=MappingProxyType(raw if isinstance(raw, dict) else {}),
+        body=body,
+        undecodable=raw if isinstance(raw, UndecodableTable) else None,
+        content_header=header.payload,
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,43 @@
+"""The values the transport hands the relay: a consumed message and a publish's outcome.
+
+Pure data in the project's own types, so the pure decisions (``sidecar.settlement``) and
+tests can use them without the AMQP client; ``sidecar.amqp`` makes and re-exports them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from sidecar.contract import PropertyValue
+    from sidecar.frames import UndecodableTable
+    from sidecar.wire import FieldValue
+
+__all__ = ["Delivery", "PublishOutcome"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Delivery:
+    """One message consumed from a staging queue, in our own types."""
+
+    delivery_tag: int
+    exchange: str
+    routing_key: str
+    redelivered: bool
+    properties: Mapping[str, PropertyValue]
+    headers: Mapping[str, FieldValue]
+    body: bytes
+    undecodable: UndecodableTable | None = None
+    content_header: bytes = b""  # as received: republished as it is when nothing changed
+
+
+class PublishOutcome(StrEnum):
+    """How the broker settled one publish."""
+
+    CONFIRMED = "confirmed"
+    RETURNED = "returned"  # mandatory and unroutable
+    NACKED = "nacked"

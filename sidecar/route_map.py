@@ -1,0 +1,142 @@
+"""The route map as the running sidecar sees it: immutable objects, every default resolved.
+
+This module owns the runtime model that ``relay``, ``service`` and ``cli`` use: the
+modes, the broker, HTTP and TLS settings, and one ``Route`` per staging queue. It is
+pure: no parsing, no I/O. ``route_parse`` builds these objects from a file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from urllib.parse import unquote, urlsplit
+
+from sidecar.contract import Publishers
+
+__all__ = [
+    "BrokerConfig",
+    "HttpConfig",
+    "LogLevel",
+    "Mode",
+    "Publishers",
+    "Route",
+    "RouteMap",
+    "TlsConfig",
+    "mask_password",
+]
+
+
+class Mode(StrEnum):
+    """What a route does with a message that breaks the contract."""
+
+    ENFORCE = "enforce"  # repair or quarantine
+    AUDIT = "audit"  # count and log violations, relay the original unchanged
+
+
+class LogLevel(StrEnum):
+    """How much the sidecar logs (``log_level``; any case in the file)."""
+
+    DEBUG = "DEBUG"
+    INFO = "INFO"
+    WARNING = "WARNING"
+    ERROR = "ERROR"
+    CRITICAL = "CRITICAL"
+
+
+# --- the objects the relay uses ----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TlsConfig:
+    """Client TLS files; each is a path or None."""
+
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BrokerConfig:
+    """The broker connection; ``url`` may hold a password, so log ``masked_url`` only."""
+
+    url: str = field(repr=False)  # a repr ends up in logs and tracebacks
+    tls: TlsConfig
+    prefetch: int
+    heartbeat_s: int
+    connect_timeout_s: float
+
+    @property
+    def login(self) -> str:
+        """Return the user name the client logs in with, decoded; "guest" when the URL has none.
+
+        Mirrors aiormq (``url.user or "guest"``): RabbitMQ checks ``user_id`` against it.
+        """
+        return unquote(urlsplit(self.url).username or "") or "guest"
+
+    @property
+    def masked_url(self) -> str:
+        """Return the URL with its password, if any, replaced by ``***``."""
+        return mask_password(self.url)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HttpConfig:
+    """Where /metrics, /healthz and /readyz listen; port 0 asks the OS for a free port."""
+
+    host: str
+    port: int
+
+    @property
+    def listen(self) -> str:
+        """Return ``host:port``, with an IPv6 host in brackets."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Route:
+    """One staging queue relayed to one exchange, with the per-route overrides resolved."""
+
+    name: str
+    queue: str
+    exchange: str  # "" is the default exchange
+    routing_key: str | None  # None: keep the message's original routing key
+    publishers: Publishers
+    origin: str | None
+    mode: Mode
+    prefetch: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RouteMap:
+    """The whole validated route map."""
+
+    broker: BrokerConfig
+    http: HttpConfig
+    mode: Mode
+    quarantine_exchange: str
+    shutdown_grace_s: float
+    routes: tuple[Route, ...]
+    log_level: LogLevel | None = None  # None: the command line's, else INFO
+
+    def route(self, name: str) -> Route:
+        """Return the route called ``name``; raise ``KeyError`` naming the known routes."""
+        for route in self.routes:
+            if route.name == name:
+                return route
+        known = ", ".join(route.name for route in self.routes)
+        raise KeyError(f"no route named {name!r}; the routes are: {known}")
+
+
+def mask_password(url: str) -> str:
+    """Return ``url`` with its password, if any, replaced by ``***``."""
+    try:
+        parts = urlsplit(url)
+        has_password = parts.password is not None
+    except ValueError:
+        return "<unparsable URL>"
+    if not has_password:
+        return url
+    userinfo, _, hostport = parts.netloc.rpartition("@")
+    user = userinfo.partition(":")[0]
+    return parts._replace(netloc=f"{user}:***@{hostport}").geturl()

@@ -1,0 +1,217 @@
+"""The route map file's schema: what each key accepts, as strict pydantic models.
+
+This module owns step 3 of parsing (see ``route_parse``): the models validate the plain
+data read from the YAML (unknown keys, types, enums, ranges) and are the source of the
+JSON Schema the Helm chart's ``values.schema.json`` carries. The models are the file's
+shape, not the runtime model (``route_map``). Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Annotated, Any
+from urllib.parse import urlsplit
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic_core import PydanticCustomError
+
+from sidecar.contract import Publishers
+from sidecar.route_map import LogLevel, Mode, mask_password
+from sidecar.route_text import show
+from sidecar.route_yaml import ProblemError
+
+__all__ = ["DEFAULT_BROKER_URL", "RouteMapFile", "route_map_json_schema", "split_listen"]
+
+DEFAULT_BROKER_URL = "${AMQP_URL:-amqp://guest:guest@127.0.0.1:5672/}"
+
+
+def _refuse_bool(value: object) -> object:
+    # pydantic's lax mode reads `true` as 1; no reader counts with booleans.
+    if isinstance(value, bool):
+        raise PydanticCustomError(
+            "config_bool", "expected a number, got {got}", {"got": show(value)}
+        )
+    return value
+
+
+def _amqp_name(value: str) -> str:
+    if len(value.encode()) > 255:
+        raise PydanticCustomError(
+            "config_amqp_name",
+            "expected at most 255 bytes (an AMQP short string), got {size}",
+            {"size": len(value.encode())},
+        )
+    return value
+
+
+def _non_empty(value: str) -> str:
+    if not value:
+        raise PydanticCustomError("config_empty", 'expected a non-empty string, got ""')
+    return value
+
+
+def _optional_non_empty(value: str | None) -> str | None:
+    if value == "":
+        raise PydanticCustomError("config_empty", 'expected a non-empty string or null, got ""')
+    return value
+
+
+_ROUTE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,200}")
+
+
+def _route_name(value: str) -> str:
+    # The name is a metric label and the suffix of the consumer tag `acemq-sidecar.<name>`;
+    # 200 characters leave room for the prefix within AMQP's 255-byte short string.
+    if not _ROUTE_NAME.fullmatch(value):
+        raise PydanticCustomError(
+            "config_route_name",
+            'expected 1 to 200 letters, digits, "_", "." or "-", got {got}',
+            {"got": show(value)},
+        )
+    return value
+
+
+def _amqp_url(value: str) -> str:
+    problem = _url_problem(value)
+    if problem:
+        raise PydanticCustomError(
+            "config_url",
+            "{problem}; expected amqp://[user[:password]@]host[:port][/vhost] or amqps://...,"
+            " got {got}",
+            {"problem": problem, "got": show(mask_password(value))},
+        )
+    return value
+
+
+def _url_problem(url: str) -> str | None:
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as e:
+        return f"the URL does not parse ({e})"
+    if parts.scheme not in ("amqp", "amqps"):
+        return "the scheme must be amqp or amqps"
+    if not parts.hostname:
+        return "the host is missing"
+    if port == 0:
+        return "port 0 is not a broker port"
+    return None
+
+
+def _listen(value: str) -> str:
+    try:
+        split_listen(value)
+    except ProblemError as e:
+        raise PydanticCustomError(
+            "config_listen",
+            '{problem}; expected host:port with port 0..65535, e.g. "0.0.0.0:9090" or "[::]:9090",'
+            " got {got}",
+            {"problem": str(e), "got": show(value)},
+        ) from None
+    return value
+
+
+def split_listen(listen: str) -> tuple[str, int]:
+    """Return the host and port of ``http.listen``; raise ``ProblemError`` saying what is wrong."""
+    if listen.startswith("["):
+        host, bracket, port = listen[1:].partition("]:")
+        if not bracket or not host:
+            raise ProblemError("an IPv6 host needs the form [address]:port")
+    else:
+        host, colon, port = listen.rpartition(":")
+        if not colon or not host:
+            raise ProblemError("host and port are both required")
+        if ":" in host:
+            raise ProblemError("an IPv6 host must be in brackets")
+    if not (port.isascii() and port.isdigit()) or int(port) > 65535:
+        raise ProblemError(f"the port {json.dumps(port)} is not a number from 0 to 65535")
+    return host, int(port)
+
+
+def _upper(value: object) -> object:
+    return value.upper() if isinstance(value, str) else value
+
+
+_Prefetch = Annotated[int, Field(ge=1, le=65535), BeforeValidator(_refuse_bool)]
+_AmqpName = Annotated[str, AfterValidator(_amqp_name)]
+_NonEmptyAmqpName = Annotated[str, AfterValidator(_non_empty), AfterValidator(_amqp_name)]
+_OptionalPath = Annotated[str | None, AfterValidator(_optional_non_empty)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _TlsFile(_Strict):
+    ca_file: _OptionalPath = None
+    cert_file: _OptionalPath = None
+    key_file: _OptionalPath = None
+
+
+class _BrokerFile(_Strict):
+    # parse_route_map fills in this default interpolated; it is here for the JSON Schema.
+    url: Annotated[str, AfterValidator(_amqp_url)] = DEFAULT_BROKER_URL
+    url_file: _OptionalPath = None  # read into url by parse_route_map
+    tls: _TlsFile = _TlsFile()
+    prefetch: _Prefetch = 512
+    heartbeat_s: Annotated[int, Field(ge=0, le=3600), BeforeValidator(_refuse_bool)] = 30
+    connect_timeout_s: Annotated[
+        float, Field(gt=0, allow_inf_nan=False), BeforeValidator(_refuse_bool)
+    ] = 10.0
+
+
+class _HttpFile(_Strict):
+    listen: Annotated[str, AfterValidator(_listen)] = "0.0.0.0:9090"
+
+
+class _QuarantineFile(_Strict):
+    exchange: _NonEmptyAmqpName = "acemq.quarantine"
+
+
+class _TargetFile(_Strict):
+    exchange: _AmqpName  # "" is the default exchange
+    routing_key: _AmqpName = "keep"
+
+
+class _RouteFile(_Strict):
+    name: Annotated[str, AfterValidator(_route_name)]
+    queue: _NonEmptyAmqpName = Field(alias="from")
+    to: _TargetFile
+    publishers: Publishers = Publishers.ACEMQ
+    origin: Annotated[str | None, AfterValidator(_optional_non_empty)] = None
+    mode: Mode | None = None
+    prefetch: _Prefetch | None = None
+
+
+def _at_least_one(routes: tuple[_RouteFile, ...]) -> tuple[_RouteFile, ...]:
+    if not routes:
+        raise PydanticCustomError(
+            "config_no_routes", "expected at least one route (a list item with name, from and to)"
+        )
+    return routes
+
+
+class _RouteMapFile(_Strict):
+    broker: _BrokerFile = _BrokerFile()
+    http: _HttpFile = _HttpFile()
+    mode: Mode = Mode.ENFORCE
+    quarantine: _QuarantineFile = _QuarantineFile()
+    shutdown_grace_s: Annotated[
+        float, Field(ge=0, allow_inf_nan=False), BeforeValidator(_refuse_bool)
+    ] = 30.0
+    routes: Annotated[tuple[_RouteFile, ...], AfterValidator(_at_least_one)]
+    log_level: Annotated[LogLevel | None, BeforeValidator(_upper)] = None
+
+
+# The models keep their private class names: they are the $defs names of the JSON Schema,
+# which the Helm chart's values.schema.json embeds. Other modules use this public name.
+RouteMapFile = _RouteMapFile
+
+
+def route_map_json_schema() -> dict[str, Any]:
+    """Return the route map's JSON Schema (for the Helm chart's values.schema.json).
+
+    String values may also hold ``${VAR}`` references, which the schema cannot express.
+    """
+    return _RouteMapFile.model_json_schema()

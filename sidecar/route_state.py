@@ -1,0 +1,120 @@
+"""Whether one route consumes, why not, and what it holds: what /readyz and route_up say."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sidecar.clock import Clock
+    from sidecar.metrics import Metrics
+    from sidecar.route_log import RouteLog
+
+__all__ = ["HeldDelivery", "RouteState"]
+
+log = logging.getLogger("sidecar.relay")  # the relay's lines, whichever module writes them
+
+
+class RouteState:
+    """Whether one route consumes, why not, and what it holds: what /readyz and route_up say.
+
+    The only writer of the route's ``route_up`` and ``in_flight`` series. A route is up
+    while its channel consumes and no delivery is held; a held delivery (the broker will
+    not take its copy for now) keeps it paused until that delivery is settled.
+    """
+
+    def __init__(self, route: str, *, metrics: Metrics, log: RouteLog, clock: Clock) -> None:
+        self._route = route
+        self._metrics = metrics
+        self._log = log
+        self._clock = clock
+        self.pause_reason: str | None = "starting"
+        self.stopping = False
+        self.held = 0  # deliveries waiting for the broker to take their copy
+        self.in_flight = 0
+        self.idle = asyncio.Event()
+        self.idle.set()
+        self.acked_since_open = False
+        # False once a reload has handed the route's gauge to this worker's successor.
+        self._owns_gauge = True
+
+    def hand_over(self) -> None:
+        """Leave the route's route_up to a successor that runs the route now (a reload)."""
+        self._owns_gauge = False
+
+    def consuming(self, *, queue: str, exchange: str) -> None:
+        """Record that the channel consumes; up unless deliveries held on an old one remain."""
+        if self.held == 0:
+            self.pause_reason = None
+            self._set_up(up=True)
+        log.info(
+            "route %s consuming %s -> exchange %r",
+            self._route,
+            queue,
+            exchange,
+            extra={"route": self._route},
+        )
+
+    def pause(self, reason: str) -> None:
+        """Record that the route cannot consume or settle for now, and why (unless stopping)."""
+        if self.stopping:
+            return
+        self._set_up(up=False)
+        was_up = self.pause_reason is None
+        self._log.paused(reason, now=self._clock.monotonic(), was_up=was_up)
+        self.pause_reason = reason
+
+    def settled(self, *, channel_open: bool) -> None:
+        """Record an acked delivery: once nothing is held, the route works (again)."""
+        self.acked_since_open = True
+        if self.pause_reason is not None and self.held == 0 and channel_open and not self.stopping:
+            log.info("route %s resumed", self._route, extra={"route": self._route})
+            self.pause_reason = None
+            self._set_up(up=True)
+
+    def stopped(self) -> None:
+        """Record that the worker ended: the route is down."""
+        self._set_up(up=False)
+        if self.pause_reason is None:
+            self.pause_reason = "stopped"
+
+    def begin(self) -> None:
+        """Count a delivery that arrived as in flight."""
+        self.in_flight += 1
+        self.idle.clear()
+        self._metrics.add_in_flight(self._route, 1)
+
+    def end(self) -> None:
+        """Count a delivery settled or let go as no longer in flight."""
+        self.in_flight -= 1
+        self._metrics.add_in_flight(self._route, -1)
+        if self.in_flight == 0:
+            self.idle.set()
+
+    def _set_up(self, *, up: bool) -> None:
+        if self._owns_gauge:
+            self._metrics.set_route_up(self._route, up=up)
+
+
+class HeldDelivery:
+    """One delivery's share in its route's count of held deliveries."""
+
+    __slots__ = ("_held", "_state")
+
+    def __init__(self, state: RouteState) -> None:
+        self._state = state
+        self._held = False
+
+    def take(self, reason: str) -> None:
+        """Count the delivery as held (once) and pause the route with the reason."""
+        if not self._held:
+            self._held = True
+            self._state.held += 1
+        self._state.pause(reason)
+
+    def release(self) -> None:
+        """Stop counting the delivery as held (it was settled or let go)."""
+        if self._held:
+            self._held = False
+            self._state.held -= 1
