@@ -1,10 +1,11 @@
 # syntax=docker/dockerfile:1
-# acemq-sidecar: build the wheel, install it into a virtual environment, and copy only that
-# environment into a clean image of the same Python. The final image has no compiler, no
-# build backend and no pip cache; it runs as 10001 and writes nothing at run time, so it
-# works with a read-only root filesystem.
+# acemq-sidecar: build the wheel, install it and its locked dependencies into a virtual
+# environment, and copy only that environment into a clean image of the same Python. The
+# final image has no compiler, no build backend, no pip or setuptools and no pip cache; it
+# runs as 10001 and writes nothing at run time, so it works with a read-only root
+# filesystem.
 #
-#   docker build -t acemq-sidecar:0.1.0 .
+#   docker build -t acemq-sidecar:0.1.0 .      # or: podman build -t acemq-sidecar:0.1.0 .
 #   docker run --rm -v "$PWD/config/example.yaml:/etc/acemq-sidecar/routes.yaml:ro" \
 #     -e AMQP_URL=amqp://guest:guest@host.docker.internal:5672/ -p 9090:9090 \
 #     -e ACEMQ_HTTP_LISTEN=0.0.0.0:9090 --read-only acemq-sidecar:0.1.0
@@ -18,16 +19,25 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_ROOT_USER_ACTION=ignore
 WORKDIR /src
+# Everything the image installs is pinned with hashes in requirements/ (regenerate with
+# the commands in docs/kubernetes.md, "The image"): the build backend for this stage, the
+# dependencies for the runtime environment.
+COPY requirements/image-build.txt requirements/image.txt ./requirements/
+RUN pip install --no-cache-dir --require-hashes -r requirements/image-build.txt
 # .dockerignore lets in only what the wheel is built from.
 COPY pyproject.toml README.md ./
 COPY sidecar ./sidecar
-# The wheel is built in isolation (hatchling comes from the index, into this stage only);
-# every dependency ships binary wheels for CPython 3.11 on amd64 and arm64, so no compiler
-# is needed. pip compiles the .pyc files here, at build time, as it installs.
-RUN pip wheel --no-deps --wheel-dir /wheels . \
- && python -m venv /opt/acemq-sidecar \
- && /opt/acemq-sidecar/bin/pip install --no-cache-dir /wheels/acemq_sidecar-*.whl \
- && /opt/acemq-sidecar/bin/pip uninstall --yes pip \
+# The wheel is built with the pinned backend (no isolated, unpinned download). The
+# environment is made without pip; this stage's pip installs into it, the locked
+# dependencies first, hash-checked, then the wheel alone. Every dependency ships binary
+# wheels for CPython 3.11 on amd64 and arm64, so no compiler is needed; pip compiles the
+# .pyc files here, at build time.
+RUN pip wheel --no-cache-dir --no-deps --no-build-isolation --wheel-dir /wheels . \
+ && python -m venv --without-pip /opt/acemq-sidecar \
+ && pip --python /opt/acemq-sidecar/bin/python install --no-cache-dir --require-hashes \
+      -r requirements/image.txt \
+ && pip --python /opt/acemq-sidecar/bin/python install --no-cache-dir --no-deps \
+      /wheels/acemq_sidecar-*.whl \
  && /opt/acemq-sidecar/bin/acemq-sidecar --help >/dev/null
 
 FROM ${PYTHON_IMAGE}
@@ -41,10 +51,22 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PATH=/opt/acemq-sidecar/bin:${PATH}
 # A named user for tools that look the uid up; the numeric USER below is what Kubernetes'
-# runAsNonRoot can verify.
+# runAsNonRoot can verify. The base image's installers go: pip, setuptools and wheel, and
+# the copies ensurepip would reinstall them from. Nothing at run time installs anything.
 RUN groupadd --system --gid 10001 acemq \
  && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
-      --shell /usr/sbin/nologin acemq
+      --shell /usr/sbin/nologin acemq \
+ && rm -rf /usr/local/lib/python3.11/site-packages/pip \
+      /usr/local/lib/python3.11/site-packages/pip-*.dist-info \
+      /usr/local/lib/python3.11/site-packages/setuptools \
+      /usr/local/lib/python3.11/site-packages/setuptools-*.dist-info \
+      /usr/local/lib/python3.11/site-packages/pkg_resources \
+      /usr/local/lib/python3.11/site-packages/_distutils_hack \
+      /usr/local/lib/python3.11/site-packages/distutils-precedence.pth \
+      /usr/local/lib/python3.11/site-packages/wheel \
+      /usr/local/lib/python3.11/site-packages/wheel-*.dist-info \
+      /usr/local/lib/python3.11/ensurepip/_bundled \
+      /usr/local/bin/pip /usr/local/bin/pip3 /usr/local/bin/pip3.11 /usr/local/bin/wheel
 COPY --from=build /opt/acemq-sidecar /opt/acemq-sidecar
 USER 10001:10001
 # /metrics, /healthz, /readyz (route map http.listen; the default is 0.0.0.0:9090).

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import Counter, Gauge, Histogram
 
 from sidecar.contract import APP_LABEL, LEGACY_NAMES, UNKNOWN_RESERVED_LABEL, Kind
+from sidecar.producers import DEFAULT_PRODUCERS_PER_ROUTE, UNKNOWN, ProducerLabels
 from sidecar.settlement import Outcome
 
 if TYPE_CHECKING:
@@ -87,7 +88,14 @@ class Metrics:
     dicts, so a message costs dictionary look-ups, not label validation and locking.
     """
 
-    def __init__(self, registry: CollectorRegistry, *, version: str, contract: str) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        *,
+        version: str,
+        contract: str,
+        producers_per_route: int = DEFAULT_PRODUCERS_PER_ROUTE,
+    ) -> None:
         self._messages = Counter(
             f"{PREFIX}messages_total",
             "Staging messages settled (acked after a confirmed copy), by outcome: relayed ="
@@ -105,6 +113,17 @@ class Metrics:
             ["route", "kind", "header"],
             registry=registry,
         )
+        self._producer_violations = Counter(
+            f"{PREFIX}producer_violations_total",
+            "Envelope rules that fired, by the service that produced the message: the part of"
+            " x-acemq-origin before '@' (app_id on a publishers: apps route); unknown when it"
+            " names none; other past the route's limit of distinct producers or for a name"
+            " that looks like an id or a host. Which service to fix when drift rises.",
+            ["route", "producer", "kind"],
+            registry=registry,
+        )
+        self._producers = ProducerLabels(producers_per_route)
+        self._producer_children: dict[tuple[str, str, str], Counter] = {}
         self._relay_seconds = Histogram(
             f"{PREFIX}relay_seconds",
             "Seconds from receiving a staging message to acking it after the broker confirmed"
@@ -183,6 +202,10 @@ class Metrics:
         for key in [key for key in self._violation_children if key[0] == route]:
             del self._violation_children[key]
             self._violations.remove(*key)
+        for key in [key for key in self._producer_children if key[0] == route]:
+            del self._producer_children[key]
+            self._producer_violations.remove(*key)
+        self._producers.forget(route)
 
     def observe_message(self, route: str, outcome: Outcome, seconds: float) -> None:
         """Count one settled message and observe its consume-to-confirm time in seconds."""
@@ -192,18 +215,30 @@ class Metrics:
         series.messages[outcome].inc()
         series.relay_seconds.observe(seconds)
 
-    def count_violations(self, route: str, violations: Iterable[tuple[str, str]]) -> None:
+    def count_violations(
+        self, route: str, violations: Iterable[tuple[str, str]], *, producer: str = UNKNOWN
+    ) -> None:
         """Count each ``(kind, header)`` pair once; called per message, usually with none.
 
-        The caller guarantees both strings come from the contract's closed sets.
+        The caller guarantees both strings come from the contract's closed sets, and that
+        ``producer`` comes from ``producers.producer_of``; it is bounded here per route.
         """
         # The loop over an empty iterable is the whole cost of the common case.
+        producer_label: str | None = None
         for kind, header in violations:
             key = (route, kind, header)
             child = self._violation_children.get(key)
             if child is None:
                 child = self._violation_child(route, kind, header)
             child.inc()
+            if producer_label is None:
+                producer_label = self._producers.label(route, producer)
+            by_producer = (route, producer_label, str(kind))
+            producer_child = self._producer_children.get(by_producer)
+            if producer_child is None:
+                producer_child = self._producer_violations.labels(*by_producer)
+                self._producer_children[by_producer] = producer_child
+            producer_child.inc()
 
     def add_in_flight(self, route: str, delta: int) -> None:
         """Add ``delta`` (negative to subtract) to the messages of ``route`` in flight."""

@@ -20,6 +20,7 @@ from sidecar.amqp import ChannelLostError, MissingEntityError
 from sidecar.backoff import Backoff
 from sidecar.contract import Policy
 from sidecar.errors import WireError
+from sidecar.producers import producer_of
 from sidecar.route_log import RouteLog
 from sidecar.route_state import HeldDelivery, RouteState
 from sidecar.routes import Mode
@@ -299,8 +300,13 @@ class Settler:
             log.exception("route %s: unexpected error while normalising", self.route.name)
             return internal_error(e)
         if verdict is not None and verdict.violations:
+            producer = producer_of(
+                delivery.headers, delivery.properties, publishers=self._target.policy.publishers
+            )
             self._metrics.count_violations(
-                self.route.name, [(str(v.kind), v.header) for v in verdict.violations]
+                self.route.name,
+                [(str(v.kind), v.header) for v in verdict.violations],
+                producer=producer,
             )
             self._log.violations(verdict, delivery, now=self._clock.monotonic())
         return plan

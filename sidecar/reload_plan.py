@@ -29,7 +29,7 @@ class ReloadPlan:
     restart: tuple[Route, ...]  # in both but different: drain the old worker, start the new
     keep: tuple[str, ...]  # the same in both: the worker runs on untouched
     broker_changed: bool  # applies at the next reconnect
-    http_changed: bool  # applies at the next start
+    http_changed: bool  # http or metrics settings: apply at the next start
 
 
 def plan_reload(old: RouteMap, new: RouteMap) -> ReloadPlan:
@@ -54,5 +54,5 @@ def plan_reload(old: RouteMap, new: RouteMap) -> ReloadPlan:
             if not everything and old_routes.get(route.name) == route
         ),
         broker_changed=new.broker != old.broker,
-        http_changed=new.http != old.http,
+        http_changed=new.http != old.http or new.metrics != old.metrics,
     )

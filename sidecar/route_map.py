@@ -17,6 +17,7 @@ __all__ = [
     "BrokerConfig",
     "HttpConfig",
     "LogLevel",
+    "MetricsConfig",
     "Mode",
     "Publishers",
     "Route",
@@ -108,11 +109,19 @@ class Route:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class MetricsConfig:
+    """How /metrics bounds its labels."""
+
+    producers_per_route: int  # distinct producer labels per route; the rest count as other
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RouteMap:
     """The whole validated route map."""
 
     broker: BrokerConfig
     http: HttpConfig
+    metrics: MetricsConfig
     mode: Mode
     quarantine_exchange: str
     shutdown_grace_s: float

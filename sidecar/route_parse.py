@@ -28,7 +28,7 @@ from pydantic import ValidationError
 
 from sidecar.errors import ConfigError, TlsFileError
 from sidecar.route_errors import line_for, translate
-from sidecar.route_map import BrokerConfig, HttpConfig, Route, RouteMap, TlsConfig
+from sidecar.route_map import BrokerConfig, HttpConfig, MetricsConfig, Route, RouteMap, TlsConfig
 from sidecar.route_schema import DEFAULT_BROKER_URL, RouteMapFile, split_listen
 from sidecar.route_text import show
 from sidecar.route_yaml import interpolate, read_yaml
@@ -208,6 +208,7 @@ def _build(file: RouteMapFile) -> RouteMap:
             connect_timeout_s=broker.connect_timeout_s,
         ),
         http=HttpConfig(host=host, port=port),
+        metrics=MetricsConfig(producers_per_route=file.metrics.producers_per_route),
         mode=file.mode,
         quarantine_exchange=file.quarantine.exchange,
         shutdown_grace_s=file.shutdown_grace_s,

@@ -17,6 +17,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from pydantic_core import PydanticCustomError
 
 from sidecar.contract import Publishers
+from sidecar.producers import DEFAULT_PRODUCERS_PER_ROUTE
 from sidecar.route_map import LogLevel, Mode, mask_password
 from sidecar.route_text import show
 from sidecar.route_yaml import ProblemError
@@ -165,6 +166,12 @@ class _HttpFile(_Strict):
     listen: Annotated[str, AfterValidator(_listen)] = "0.0.0.0:9090"
 
 
+class _MetricsFile(_Strict):
+    producers_per_route: Annotated[int, Field(ge=0, le=1000), BeforeValidator(_refuse_bool)] = (
+        DEFAULT_PRODUCERS_PER_ROUTE
+    )
+
+
 class _QuarantineFile(_Strict):
     exchange: _NonEmptyAmqpName = "acemq.quarantine"
 
@@ -195,6 +202,7 @@ def _at_least_one(routes: tuple[_RouteFile, ...]) -> tuple[_RouteFile, ...]:
 class _RouteMapFile(_Strict):
     broker: _BrokerFile = _BrokerFile()
     http: _HttpFile = _HttpFile()
+    metrics: _MetricsFile = _MetricsFile()
     mode: Mode = Mode.ENFORCE
     quarantine: _QuarantineFile = _QuarantineFile()
     shutdown_grace_s: Annotated[

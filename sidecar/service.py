@@ -82,7 +82,12 @@ class Service:
         self._clock = clock
         self._new_id = new_id
         self._rng = rng
-        self._metrics = Metrics(registry, version=__version__, contract=CONTRACT_VERSION)
+        self._metrics = Metrics(
+            registry,
+            version=__version__,
+            contract=CONTRACT_VERSION,
+            producers_per_route=route_map.metrics.producers_per_route,
+        )
         self._health = HealthServer(
             host=route_map.http.host,
             port=route_map.http.port,
@@ -317,7 +322,7 @@ class Service:
         if plan.broker_changed:
             log.warning("config reload: broker settings take effect at the next reconnect")
         if plan.http_changed:
-            log.warning("config reload: http settings take effect at the next start")
+            log.warning("config reload: http and metrics settings take effect at the next start")
         self._route_map = new_map
         self._carry_out(plan)
         self._metrics.count_reload(ReloadResult.APPLIED)

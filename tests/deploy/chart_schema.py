@@ -21,6 +21,40 @@ VALUES_SCHEMA = CHART / "values.schema.json"
 
 _POINTER = "#/properties/routeMap/$defs/"
 
+# One line per route map key, for `helm show values`-style tooling and editors; the README's
+# "The route map" is the full text. Keyed by the model ("" for the top level) and the key.
+DESCRIPTIONS: dict[str, dict[str, str]] = {
+    "": {
+        "broker": "Connection settings; the chart sets url (from broker.urlSecret) and tls.",
+        "http": "The listener of /metrics, /healthz and /readyz.",
+        "mode": "enforce (repair or quarantine) or audit (count, relay unchanged).",
+        "quarantine": "Where rejected messages go.",
+        "shutdown_grace_s": "Seconds to settle in-flight messages after SIGTERM.",
+        "routes": "The routes: staging queue in, target exchange out (at least one).",
+        "log_level": "The log level when neither --log-level nor ACEMQ_LOG_LEVEL is set.",
+    },
+    "_BrokerFile": {
+        "prefetch": "Unacked deliveries per route (the default of each route's prefetch).",
+        "heartbeat_s": "AMQP heartbeat in seconds (0 turns it off).",
+        "connect_timeout_s": "Seconds a connection attempt may take.",
+    },
+    "_HttpFile": {"listen": "host:port; keep 0.0.0.0 (the kubelet and Prometheus use the pod IP)."},
+    "_QuarantineFile": {"exchange": "The quarantine exchange (it must exist)."},
+    "_RouteFile": {
+        "name": "The route's name: the route label of its metrics, unique in the map.",
+        "from": "The staging queue the route consumes (it must exist).",
+        "to": "The target exchange and routing key.",
+        "publishers": "acemq (AceMQ libraries) or apps (plain applications).",
+        "origin": "x-acemq-origin written when a message has none.",
+        "mode": "This route's mode, instead of the map's.",
+        "prefetch": "This route's prefetch, instead of broker.prefetch.",
+    },
+    "_TargetFile": {
+        "exchange": 'The target exchange ("" for the default exchange).',
+        "routing_key": "keep (the message's own) or the routing key to publish with.",
+    },
+}
+
 
 def _rewrite(node: Any) -> Any:
     if isinstance(node, dict):
@@ -55,7 +89,16 @@ def chart_route_map_schema(source: dict[str, Any]) -> dict[str, Any]:
     del broker["properties"]["tls"]
     del schema["$defs"]["_TlsFile"]
     schema["properties"]["routes"]["minItems"] = 1
-    return _rewrite(schema)
+    rewritten = _rewrite(schema)
+    for model, descriptions in DESCRIPTIONS.items():
+        target = rewritten["$defs"][model] if model else rewritten
+        for key, text in descriptions.items():
+            target["properties"][key]["description"] = text
+    rewritten["description"] = (
+        "The route map (README, The route map), rendered into routes.yaml; the same schema"
+        " as acemq-sidecar check."
+    )
+    return rewritten
 
 
 def embedded_route_map_schema() -> dict[str, Any]:

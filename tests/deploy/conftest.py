@@ -21,9 +21,13 @@ APP_CHART = Path(__file__).resolve().parent / "app-chart"
 RELEASE = "acemq"
 NAMESPACE = "messaging"
 
-# The oldest Kubernetes the chart supports (Chart.yaml kubeVersion) and the newest the
-# installed kubernetes-validate knows; every manifest must pass both.
-KUBE_VERSIONS = ("1.25.0", kubernetes_validate.utils.latest_version())
+# The oldest Kubernetes the chart supports (Chart.yaml kubeVersion; unhealthyPodEvictionPolicy
+# is on by default from 1.27), the first with native sidecars, and the newest the installed
+# kubernetes-validate knows; every manifest must pass each.
+OLDEST_KUBE = "1.27.0"
+NATIVE_SIDECAR_KUBE = "1.29.0"
+LATEST_KUBE = kubernetes_validate.utils.latest_version()
+KUBE_VERSIONS = (OLDEST_KUBE, NATIVE_SIDECAR_KUBE, LATEST_KUBE)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -50,10 +54,16 @@ def read_values(path: Path) -> dict[str, Any]:
     return copy.deepcopy(values)
 
 
-def render(values: dict[str, Any] | None, *, chart: Path = CHART) -> list[Manifest]:
+def render(
+    values: dict[str, Any] | None,
+    *,
+    chart: Path = CHART,
+    release: str = RELEASE,
+    namespace: str = NAMESPACE,
+) -> list[Manifest]:
     """Render a chart as `helm install` would; return every object, NOTES.txt excluded."""
     with helm_python.Chart.load(chart) as loaded:
-        rendered = loaded.render(values=values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+        rendered = loaded.render(values=values, name=release, namespace=namespace, is_install=True)
     manifests = []
     for template, text in sorted(rendered.items()):
         if template.endswith("NOTES.txt"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -64,12 +65,13 @@ def test_every_manifest_validates_strictly(values_file: Path, kube_version: str)
 
 
 def test_minimal_values_render_the_standalone_objects(minimal_manifests: list[Manifest]) -> None:
-    """Defaults: a Deployment, its disruption budget, route map and metrics Service."""
+    """Defaults: a Deployment, its account, disruption budget, route map and metrics Service."""
     assert sorted(m.kind for m in minimal_manifests) == [
         "ConfigMap",
         "Deployment",
         "PodDisruptionBudget",
         "Service",
+        "ServiceAccount",
     ]
 
 
@@ -82,6 +84,7 @@ def test_full_values_render_every_object(full_manifests: list[Manifest]) -> None
         "PodDisruptionBudget",
         "PrometheusRule",
         "Service",
+        "ServiceAccount",
         "ServiceMonitor",
     ]
 
@@ -141,7 +144,7 @@ def test_probes_hit_the_sidecar_endpoints_on_its_listen_port(values_file: Path) 
         "port": container_port["name"],
     }
     service = only(manifests, "Service").body
-    assert service["spec"]["ports"][0]["targetPort"] == container_port["name"]
+    assert service["spec"]["ports"][0]["targetPort"] == port
 
 
 @VALUES_FILES
@@ -156,22 +159,30 @@ def test_broker_url_comes_from_the_secret_never_the_config_map(values_file: Path
             assert "amqp://" not in str(manifest.body)
             assert "amqps://" not in str(manifest.body)
     env = {item["name"]: item for item in sidecar_container(_pod_spec(manifests))["env"]}
-    assert env["AMQP_URL"]["valueFrom"]["secretKeyRef"] == values["broker"]["urlSecret"] | {
-        "key": values["broker"]["urlSecret"].get("key", "url")
+    secret = values["broker"]["urlSecret"]
+    assert env["AMQP_URL"]["valueFrom"]["secretKeyRef"] == {
+        "name": secret["name"],
+        "key": secret.get("key", "url"),
     }
 
 
 def test_tls_files_are_mounted_where_the_route_map_looks(full_manifests: list[Manifest]) -> None:
-    """broker.tls paths name files of the mounted TLS Secret."""
+    """broker.tls paths name the files the TLS volume projects from the Secret's keys."""
     route_map = yaml.safe_load(routes_yaml(full_manifests))
     pod = _pod_spec(full_manifests)
     mounts = {m["name"]: m for m in sidecar_container(pod)["volumeMounts"]}
     volumes = {v["name"]: v for v in pod["volumes"]}
     tls_dir = mounts["acemq-sidecar-tls"]["mountPath"]
-    assert volumes["acemq-sidecar-tls"]["secret"]["secretName"] == "rabbitmq-client-tls"
     assert mounts["acemq-sidecar-tls"]["readOnly"] is True
-    for key, name in {"ca_file": "ca.crt", "cert_file": "tls.crt", "key_file": "tls.key"}.items():
-        assert route_map["broker"]["tls"][key] == f"{tls_dir}/{name}"
+    projected = {
+        item["path"]: (source["secret"]["name"], item["key"])
+        for source in volumes["acemq-sidecar-tls"]["projected"]["sources"]
+        for item in source["secret"]["items"]
+    }
+    for field, key in {"ca_file": "ca.crt", "cert_file": "tls.crt", "key_file": "tls.key"}.items():
+        directory, _, name = route_map["broker"]["tls"][field].rpartition("/")
+        assert directory == tls_dir
+        assert projected[name] == ("rabbitmq-client-tls", key)
 
 
 @VALUES_FILES
@@ -192,12 +203,51 @@ def test_config_map_is_mounted_where_the_container_reads_it(values_file: Path) -
     assert Path(args.config) == Path(mounts["acemq-sidecar-config"]["mountPath"]) / "routes.yaml"
 
 
+def _self_signed(directory: Path) -> None:
+    """Write tls.crt, tls.key (a fresh self-signed P-256 certificate) and ca.crt (the same)."""
+    openssl = shutil.which("openssl")
+    assert openssl, "openssl is needed to make the TLS files a pod mounts"
+    subprocess.run(
+        [
+            openssl,
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-subj",
+            "/CN=acemq-sidecar",
+            "-days",
+            "2",
+            "-keyout",
+            str(directory / "tls.key"),
+            "-out",
+            str(directory / "tls.crt"),
+        ],
+        capture_output=True,
+        timeout=60,
+        check=True,
+    )
+    shutil.copyfile(directory / "tls.crt", directory / "ca.crt")
+
+
 @VALUES_FILES
 def test_rendered_route_map_passes_acemq_sidecar_check(values_file: Path, tmp_path: Path) -> None:
-    """`acemq-sidecar check` accepts the route map the chart renders, as the pod would see it."""
+    """`acemq-sidecar check` accepts the route map the chart renders, as the pod would see it.
+
+    The TLS files the pod would mount are made here (a self-signed certificate, its key, and
+    itself as the CA), at the rendered paths moved under tmp_path.
+    """
     values = read_values(values_file)
+    text = routes_yaml(render(values))
+    tls_dir = tmp_path / "tls"
+    tls_dir.mkdir()
+    if values.get("tls", {}).get("enabled"):
+        _self_signed(tls_dir)
     route_map = tmp_path / "routes.yaml"
-    route_map.write_text(routes_yaml(render(values)), encoding="utf-8")
+    route_map.write_text(text.replace("/etc/acemq-sidecar-tls", str(tls_dir)), encoding="utf-8")
     scheme = "amqps" if values.get("tls", {}).get("enabled") else "amqp"
     result = subprocess.run(
         [sys.executable, "-m", "sidecar", "check", str(route_map)],
@@ -288,7 +338,11 @@ def test_disruption_budget_covers_the_replicas_and_follows_its_values() -> None:
 
     values["deployment"] = {"enabled": True, "podDisruptionBudget": {"minAvailable": "50%"}}
     budget = only(render(values), "PodDisruptionBudget").body["spec"]
-    assert budget == {"minAvailable": "50%", "selector": deployment["selector"]}
+    assert budget == {
+        "minAvailable": "50%",
+        "selector": deployment["selector"],
+        "unhealthyPodEvictionPolicy": "AlwaysAllow",
+    }
 
     for deployment_values in (
         {"enabled": True, "podDisruptionBudget": {"enabled": False}},
@@ -320,6 +374,100 @@ def test_notes_name_the_routes_and_the_secret() -> None:
     """NOTES.txt tells the installer what was set up and how to look at it."""
     notes = render_notes(read_values(FULL_VALUES))
     assert "orders: staging.orders -> orders" in notes
-    assert "Secret rabbitmq-client-tls" not in notes
     assert "Secret rabbitmq-acemq, key amqps-url" in notes
+    assert "client certificate from Secret rabbitmq-client-tls" in notes
+    assert "key ca.crt of Secret rabbitmq-client-tls" in notes
     assert "rollout status deployment/acemq-relay" in notes
+    assert "ServiceMonitor acemq-relay scrapes that Service (job acemq-relay-metrics)" in notes
+    assert "WARNING" not in notes
+
+
+def test_notes_for_the_sidecar_shape_name_the_templates_and_what_is_scraped() -> None:
+    """No Deployment: the templates to include and the label the monitors select."""
+    values = read_values(MINIMAL_VALUES)
+    values |= {"deployment": {"enabled": False}, "sidecar": {"native": True}}
+    values |= {"prometheusRule": {"enabled": True}}
+    notes = render_notes(values)
+    assert "acemq-sidecar.initContainer (initContainers" in notes
+    assert "acemq-sidecar.podLabels" in notes
+    assert "selects pods labelled acemq-sidecar/instance=acemq-acemq-sidecar" in notes
+    assert "the system trust store" not in notes  # no TLS
+    # Alerts on, nothing that gives the series the release's job: say so.
+    assert "WARNING: no ServiceMonitor or PodMonitor is enabled" in notes
+
+
+def test_disruption_budget_lets_unready_pods_be_evicted() -> None:
+    """A broker outage makes every replica NotReady at once; a drain must still evict them."""
+    values = read_values(MINIMAL_VALUES)
+    budget = only(render(values), "PodDisruptionBudget").body["spec"]
+    assert budget["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+    values["deployment"] = {
+        "podDisruptionBudget": {"unhealthyPodEvictionPolicy": "IfHealthyBudget"}
+    }
+    budget = only(render(values), "PodDisruptionBudget").body["spec"]
+    assert budget["unhealthyPodEvictionPolicy"] == "IfHealthyBudget"
+
+
+def test_common_keys_take_effect(full_manifests: list[Manifest]) -> None:
+    """commonLabels/Annotations on every object; the pod keys where Kubernetes reads them."""
+    for manifest in full_manifests:
+        metadata = manifest.body["metadata"]
+        assert metadata["labels"]["team"] == "platform", manifest.kind
+        assert metadata["annotations"]["example.com/owner"] == "platform", manifest.kind
+    deployment = only(full_manifests, "Deployment").body
+    template = deployment["spec"]["template"]
+    pod = template["spec"]
+    container = sidecar_container(pod)
+    assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    assert template["metadata"]["labels"]["team"] == "platform"
+    assert template["metadata"]["labels"]["tier"] == "messaging"
+    assert "team" not in deployment["spec"]["selector"]["matchLabels"]
+    assert template["metadata"]["annotations"]["example.com/scrape"] == "false"
+    assert pod["priorityClassName"] == "high"
+    assert pod["topologySpreadConstraints"][0]["topologyKey"] == "topology.kubernetes.io/zone"
+    assert pod["nodeSelector"] == {"kubernetes.io/os": "linux"}
+    assert container["envFrom"] == [{"configMapRef": {"name": "acemq-sidecar-env"}}]
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert mounts["corporate-ca"] == "/etc/ssl/corporate"
+    assert {"name": "corporate-ca", "configMap": {"name": "corporate-ca"}} in pod["volumes"]
+    assert container["startupProbe"]["periodSeconds"] == 2
+    account = only(full_manifests, "ServiceAccount").body
+    assert pod["serviceAccountName"] == account["metadata"]["name"] == "acemq-sidecar"
+    assert account["automountServiceAccountToken"] is False
+    assert pod["automountServiceAccountToken"] is False
+
+
+def test_an_existing_service_account_is_used_not_created() -> None:
+    """serviceAccount.create false: the named account, or the namespace's default one."""
+    values = read_values(MINIMAL_VALUES)
+    values["serviceAccount"] = {"create": False, "name": "shared"}
+    manifests = render(values)
+    assert "ServiceAccount" not in {m.kind for m in manifests}
+    assert _pod_spec(manifests)["serviceAccountName"] == "shared"
+    values["serviceAccount"] = {"create": False}
+    assert "serviceAccountName" not in _pod_spec(render(values))
+
+
+def test_a_rotated_broker_secret_rolls_the_pods() -> None:
+    """checksum/acemq-broker-secret follows the Secret's name, key and revision.
+
+    `helm template` cannot read the cluster (lookup is empty there), so the revision is
+    what a GitOps rotation changes; the annotation shows a hash, never the Secret.
+    """
+
+    def checksum(values: dict[str, Any]) -> str:
+        metadata = only(render(values), "Deployment").body["spec"]["template"]["metadata"]
+        return str(metadata["annotations"]["checksum/acemq-broker-secret"])
+
+    values = read_values(MINIMAL_VALUES)
+    before = checksum(values)
+    assert before == checksum(read_values(MINIMAL_VALUES))
+    assert len(before) == 64
+    values["broker"]["urlSecret"]["revision"] = "2025-06-01"
+    rotated = checksum(values)
+    assert rotated != before
+    values["broker"]["urlSecret"]["revision"] = "2025-09-01"
+    assert checksum(values) not in {before, rotated}
+    values = read_values(MINIMAL_VALUES)
+    values["broker"]["urlSecret"]["name"] = "acemq-broker-v2"
+    assert checksum(values) != before

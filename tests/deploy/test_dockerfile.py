@@ -8,8 +8,12 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from sidecar.cli import build_parser
 from tests.deploy.conftest import (
@@ -126,7 +130,7 @@ def test_runtime_writes_no_bytecode_and_builds_keep_no_pip_cache() -> None:
     for stage in stages:
         env = " ".join(stage.all("ENV"))
         for command in stage.all("RUN"):
-            if re.search(r"\bpip\b.*\b(install|wheel)\b", command):
+            if re.search(r"\bpip\s+(--python\s+\S+\s+)?(install|wheel)\b", command):
                 assert "--no-cache-dir" in command or "PIP_NO_CACHE_DIR=1" in env, command
 
 
@@ -187,3 +191,65 @@ def test_build_context_holds_what_the_build_copies() -> None:
             assert not _ignored(path, patterns), f"{path} is left out of the build context"
     assert _ignored(".venv/bin/python", patterns)
     assert _ignored("tests/conftest.py", patterns)
+
+
+LOCKS = (REPO / "requirements" / "image.txt", REPO / "requirements" / "image-build.txt")
+
+
+def _locked(path: Path) -> dict[str, tuple[str, int]]:
+    """Return each locked distribution's version and number of hashes."""
+    text = re.sub(r"\\\n", " ", path.read_text(encoding="utf-8"))
+    pins: dict[str, tuple[str, int]] = {}
+    for raw in text.splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        requirement = Requirement(line.split(" --hash", 1)[0].strip())
+        [specifier] = list(requirement.specifier)
+        assert specifier.operator == "==", f"{path.name}: {line} is not pinned"
+        pins[canonicalize_name(requirement.name)] = (specifier.version, line.count("--hash="))
+    return pins
+
+
+def test_image_dependencies_are_locked_with_hashes() -> None:
+    """Every dependency of pyproject (and the build backend) is pinned, with hashes, in range."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    runtime, build = (_locked(path) for path in LOCKS)
+    for pins, wanted in (
+        (runtime, project["project"]["dependencies"]),
+        (build, project["build-system"]["requires"]),
+    ):
+        for entry in wanted:
+            requirement = Requirement(entry)
+            name = canonicalize_name(requirement.name)
+            assert name in pins, (
+                f"{requirement.name} is not locked; regenerate (docs/kubernetes.md)"
+            )
+            version, _ = pins[name]
+            assert requirement.specifier.contains(version), f"{name}=={version} vs {entry}"
+        assert all(hashes > 0 for _, hashes in pins.values())
+
+
+def _build_runs() -> str:
+    return " ".join(stage for stage in _stages()[1][0].all("RUN"))
+
+
+def test_build_installs_only_what_the_locks_pin() -> None:
+    """Hash-checked installs from the locks; the wheel itself adds no dependency of its own."""
+    runs = _build_runs()
+    for lock in LOCKS:
+        relative = lock.relative_to(REPO).as_posix()
+        assert re.search(rf"--require-hashes[^&;]*-r\s*{re.escape(relative)}", runs), relative
+        assert relative in _copied_sources()
+    assert re.search(r"--no-deps[^&;]*\.whl", runs)
+    assert "--no-build-isolation" in runs  # the backend comes from the build lock
+
+
+def test_runtime_stage_has_no_pip_or_setuptools() -> None:
+    """The virtual environment is made without pip; the base image's pip and setuptools go."""
+    runs = _build_runs()
+    assert re.search(r"-m venv --without-pip", runs)
+    final = " ".join(_stages()[1][-1].all("RUN"))
+    for package in ("pip", "setuptools", "wheel"):
+        assert re.search(rf"site-packages/{package}\b", final), f"{package} stays in the image"
+    assert "ensurepip" in final

@@ -15,6 +15,10 @@ from tests.deploy.conftest import (
     APP_CHART,
     CHART,
     KUBE_VERSIONS,
+    LATEST_KUBE,
+    NAMESPACE,
+    NATIVE_SIDECAR_KUBE,
+    OLDEST_KUBE,
     RELEASE,
     Manifest,
     only,
@@ -136,3 +140,133 @@ def test_app_chart_lints(app_chart: Path) -> None:
     report = helm_python.lint(app_chart, strict=True, with_subcharts=True)
     problems = [m for m in report["messages"] if m["severity"] >= 2]
     assert not problems, problems
+
+
+def _selects(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return bool(selector) and selector.items() <= labels.items()
+
+
+def _defaults(app: Path, **sidecar: Any) -> dict[str, Any]:
+    """Put the sidecar keys the app chart sets for itself back to the chart's defaults.
+
+    The copied app chart's values.yaml is rewritten without readinessProbe and service
+    (so the sidecar chart's defaults apply); the returned values merge ``sidecar`` in.
+    """
+    values = read_values(APP_CHART / "values.yaml")
+    del values["acemq-sidecar"]["readinessProbe"]
+    del values["acemq-sidecar"]["service"]
+    (app / "values.yaml").write_text(yaml.safe_dump(values), encoding="utf-8")
+    return {"acemq-sidecar": sidecar}
+
+
+def _all_containers(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    return [*pod.get("initContainers", []), *pod["containers"]]
+
+
+def _sidecar_anywhere(pod: dict[str, Any]) -> dict[str, Any]:
+    [found] = [c for c in _all_containers(pod) if c["name"] == "acemq-sidecar"]
+    return found
+
+
+@pytest.mark.parametrize("shape", ["classic", "native"])
+def test_sidecar_shape_defaults_keep_the_application_ready(app_chart: Path, shape: str) -> None:
+    """No readiness probe in the application's pod unless asked.
+
+    A broker outage must not pull the application out of its own Service.
+    """
+    values = _defaults(app_chart, sidecar={"native": shape == "native"})
+    pod = _shop(_render_app(app_chart, values))["spec"]["template"]["spec"]
+    container = _sidecar_anywhere(pod)
+    assert "readinessProbe" not in container
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["startupProbe"]["httpGet"]["path"] == "/healthz"
+
+
+def test_readiness_can_be_asked_for_in_the_application_pod(app_chart: Path) -> None:
+    """readinessProbe.enabled: true applies to every shape."""
+    values = _defaults(app_chart, readinessProbe={"enabled": True})
+    pod = _shop(_render_app(app_chart, values))["spec"]["template"]["spec"]
+    assert sidecar_container(pod)["readinessProbe"]["httpGet"]["path"] == "/readyz"
+
+
+@pytest.mark.parametrize("shape", ["classic", "native"])
+def test_monitoring_the_sidecar_shape_scrapes_the_application_pods(
+    app_chart: Path, shape: str
+) -> None:
+    """The metrics Service and the PodMonitor select the pods that run the sidecar.
+
+    Both find them by the acemq-sidecar.podLabels label, on a port the sidecar has.
+    """
+    values = _defaults(
+        app_chart,
+        sidecar={"native": shape == "native"},
+        serviceMonitor={"enabled": True},
+        podMonitor={"enabled": True},
+        prometheusRule={"enabled": True},
+    )
+    manifests = _render_app(app_chart, values)
+    template = _shop(manifests)["spec"]["template"]
+    labels = template["metadata"]["labels"]
+    [port] = _sidecar_anywhere(template["spec"])["ports"]
+    service = only(manifests, "Service").body
+    assert _selects(service["spec"]["selector"], labels), (service["spec"]["selector"], labels)
+    # By number: a Service resolves no named port of a native sidecar before 1.32.
+    assert service["spec"]["ports"][0]["targetPort"] == port["containerPort"]
+    monitor = only(manifests, "PodMonitor").body
+    assert _selects(monitor["spec"]["selector"]["matchLabels"], labels)
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+    [endpoint] = monitor["spec"]["podMetricsEndpoints"]
+    assert endpoint["port"] == port["name"]
+    assert endpoint["path"] == "/metrics"
+    # The Deployment's selector is the app's own: the sidecar's label is not in it.
+    selector = _shop(manifests)["spec"]["selector"]["matchLabels"]
+    assert "acemq-sidecar/instance" not in selector
+
+
+def test_pod_monitor_selector_can_be_replaced(app_chart: Path) -> None:
+    """podMonitor.selector: pods found by the application's own labels instead."""
+    values = _defaults(
+        app_chart, podMonitor={"enabled": True, "selector": {"app.kubernetes.io/name": "shop"}}
+    )
+    monitor = only(_render_app(app_chart, values), "PodMonitor").body
+    assert monitor["spec"]["selector"]["matchLabels"] == {"app.kubernetes.io/name": "shop"}
+
+
+def test_native_sidecar_is_an_init_container_that_keeps_running(app_chart: Path) -> None:
+    """restartPolicy: Always in initContainers, a startup probe, and no classic copy."""
+    values = _defaults(app_chart, sidecar={"native": True})
+    pod = _shop(_render_app(app_chart, values))["spec"]["template"]["spec"]
+    assert [c["name"] for c in pod["containers"]] == ["shop"]
+    [init] = pod["initContainers"]
+    assert init["name"] == "acemq-sidecar"
+    assert init["restartPolicy"] == "Always"
+    assert init["startupProbe"]["httpGet"] == {"path": "/healthz", "port": init["ports"][0]["name"]}
+    assert init["securityContext"]["readOnlyRootFilesystem"] is True
+    assert [v["name"] for v in pod["volumes"]] == ["cache", "acemq-sidecar-config"]
+
+
+def test_native_sidecar_has_its_startup_probe_even_when_switched_off(app_chart: Path) -> None:
+    """Without it the kubelet would start the application before the sidecar serves."""
+    values = _defaults(app_chart, sidecar={"native": True}, startupProbe={"enabled": False})
+    pod = _shop(_render_app(app_chart, values))["spec"]["template"]["spec"]
+    assert pod["initContainers"][0]["startupProbe"]["httpGet"]["path"] == "/healthz"
+    values = _defaults(app_chart, startupProbe={"enabled": False})
+    pod = _shop(_render_app(app_chart, values))["spec"]["template"]["spec"]
+    assert "startupProbe" not in sidecar_container(pod)
+
+
+@pytest.mark.parametrize("shape", ["classic", "native"])
+@pytest.mark.parametrize("kube_version", [NATIVE_SIDECAR_KUBE, LATEST_KUBE])
+def test_both_shapes_validate_strictly(app_chart: Path, shape: str, kube_version: str) -> None:
+    """Each shape is a valid Deployment at 1.29 and at the newest Kubernetes known."""
+    values = _defaults(app_chart, sidecar={"native": shape == "native"})
+    for manifest in _render_app(app_chart, values):
+        kubernetes_validate.validate(manifest.body, kube_version, strict=True)
+
+
+def test_native_shape_is_refused_by_kubernetes_before_1_29(app_chart: Path) -> None:
+    """The validation is real: a container restartPolicy is unknown to 1.27's API."""
+    values = _defaults(app_chart, sidecar={"native": True})
+    deployment = only(_render_app(app_chart, values), "Deployment").body
+    with pytest.raises(kubernetes_validate.ValidationError, match="restartPolicy"):
+        kubernetes_validate.validate(deployment, OLDEST_KUBE, strict=True)

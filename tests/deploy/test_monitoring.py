@@ -25,13 +25,25 @@ DURATION = re.compile(
     r"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"
 )
 K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+SCRAPE_LABELS = {"namespace", "job", "pod"}  # added by the scrape, not by the sidecar
 METRIC = re.compile(r"\b(acemq_sidecar_[a-z_]+?)(?:_bucket|_count|_sum)?\b(?:\{([^}]*)\})?")
 ALERTS = {
     "AcemqSidecarContractDrift",
     "AcemqSidecarQuarantining",
     "AcemqSidecarRouteDown",
     "AcemqSidecarBrokerDisconnected",
+    "AcemqSidecarConfigReloadRefused",
+    "AcemqSidecarReconnectFlapping",
+    "AcemqSidecarTargetAbsent",
 }
+# The release's scrape jobs in ci/full-values.yaml (fullnameOverride acemq-relay): the
+# ServiceMonitor's (the Service's name) and the PodMonitor's (namespace/name).
+JOBS = f"acemq-relay-metrics|{NAMESPACE}/acemq-relay"
+MATCHERS = f'namespace="{NAMESPACE}", job=~"{JOBS}"'
+# The kinds that mean a publisher drifts from CONTRACT.md. `unportable` (section 7: an
+# unsigned integer tag some client cannot decode) is drift too; sidecar.metrics creates its
+# series at zero once the sidecar counts it.
+DRIFT_KINDS = {str(kind) for kind, _ in DRIFT_VIOLATIONS} | {"unportable"}
 
 
 def _exposed_series() -> dict[str, set[str]]:
@@ -56,7 +68,7 @@ def _check_metric_references(text: str) -> None:
     for name, matchers in found:
         assert name in names, f"{name} is not a metric of sidecar/metrics.py"
         for label in re.findall(r"([a-z_]+)\s*=~?", matchers):
-            if label != "namespace":  # added by the scrape, not by the sidecar
+            if label not in SCRAPE_LABELS:
                 assert label in names[name] | {"le"}, f"{name} has no label {label}"
 
 
@@ -80,7 +92,17 @@ def test_service_monitor_scrapes_the_metrics_service(full: list[Manifest]) -> No
     assert endpoint["path"] == "/metrics"
     assert DURATION.match(endpoint["interval"])
     assert DURATION.match(endpoint["scrapeTimeout"])
-    assert set(endpoint) <= {"port", "path", "scheme", "interval", "scrapeTimeout"}
+    assert set(endpoint) <= {
+        "port",
+        "path",
+        "scheme",
+        "interval",
+        "scrapeTimeout",
+        "relabelings",
+        "metricRelabelings",
+    }
+    assert endpoint["relabelings"][0]["targetLabel"] == "cluster"
+    assert endpoint["metricRelabelings"][0]["action"] == "drop"
 
 
 def test_metrics_service_selects_the_sidecar_pods(full: list[Manifest]) -> None:
@@ -88,7 +110,7 @@ def test_metrics_service_selects_the_sidecar_pods(full: list[Manifest]) -> None:
     service = only(full, "Service").body
     template = only(full, "Deployment").body["spec"]["template"]
     assert service["spec"]["selector"].items() <= template["metadata"]["labels"].items()
-    ports = {port["name"] for port in sidecar_container(template["spec"])["ports"]}
+    ports = {port["containerPort"] for port in sidecar_container(template["spec"])["ports"]}
     assert service["spec"]["ports"][0]["targetPort"] in ports
 
 
@@ -102,8 +124,8 @@ def _rules(full: list[Manifest]) -> list[dict[str, Any]]:
     return [rule for group in groups for rule in group["rules"]]
 
 
-def test_prometheus_rule_has_the_four_alerts(full: list[Manifest]) -> None:
-    """Drift, quarantine, route down, broker down; each with expr, for, severity, summary."""
+def test_prometheus_rule_has_every_alert(full: list[Manifest]) -> None:
+    """Each alert with expr, for, severity, summary, description and runbook; known metrics."""
     rules = _rules(full)
     assert {rule["alert"] for rule in rules} == ALERTS
     for rule in rules:
@@ -118,7 +140,10 @@ def test_prometheus_rule_has_the_four_alerts(full: list[Manifest]) -> None:
         expr = rule["expr"]
         assert expr.count("(") == expr.count(")"), expr
         assert expr.count("{") == expr.count("}"), expr
-        _check_metric_references(expr)
+        if rule["alert"] == "AcemqSidecarTargetAbsent":
+            assert expr.startswith("absent(up{"), expr  # the scrape's own series
+        else:
+            _check_metric_references(expr)
 
 
 def _expr(full: list[Manifest], alert: str) -> str:
@@ -126,11 +151,11 @@ def _expr(full: list[Manifest], alert: str) -> str:
 
 
 def test_drift_alert_watches_the_drift_kinds(full: list[Manifest]) -> None:
-    """The kinds in the alert are the ones sidecar.metrics pre-creates for it, no more."""
+    """The drift kinds: the ones sidecar.metrics pre-creates for the alert, and unportable."""
     expr = _expr(full, "AcemqSidecarContractDrift")
     match = re.search(r'acemq_sidecar_violations_total\{kind=~"([^"]+)"', expr)
     assert match, expr
-    assert set(match[1].split("|")) == {str(kind) for kind, _ in DRIFT_VIOLATIONS}
+    assert set(match[1].split("|")) == DRIFT_KINDS
     assert re.search(r"rate\(acemq_sidecar_violations_total\{.*\}\[\d+m\]\)", expr)
     assert expr.endswith("> 0")
 
@@ -142,23 +167,31 @@ def test_quarantine_alert_watches_quarantined_messages(full: list[Manifest]) -> 
     assert expr.endswith("> 0")
 
 
-@pytest.mark.parametrize(
-    ("alert", "metric"),
-    [
-        ("AcemqSidecarRouteDown", "acemq_sidecar_route_up"),
-        ("AcemqSidecarBrokerDisconnected", "acemq_sidecar_broker_connected"),
-    ],
-)
-def test_state_alerts_fire_on_zero(full: list[Manifest], alert: str, metric: str) -> None:
-    """A gauge at 0 for the alert's duration."""
-    expr = _expr(full, alert)
-    assert re.fullmatch(rf'{metric}\{{namespace="{NAMESPACE}"\}} == 0', expr), expr
+def test_state_alerts_fire_on_zero(full: list[Manifest]) -> None:
+    """A gauge at 0; a route's alert held back while its pod has no connection at all."""
+    broker = _expr(full, "AcemqSidecarBrokerDisconnected")
+    assert broker == f"acemq_sidecar_broker_connected{{{MATCHERS}}} == 0"
+    route = _expr(full, "AcemqSidecarRouteDown")
+    assert route == (
+        f"acemq_sidecar_route_up{{{MATCHERS}}} == 0 unless on (namespace, pod) "
+        f"acemq_sidecar_broker_connected{{{MATCHERS}}} == 0"
+    )
 
 
-def test_alerts_are_scoped_to_the_release_namespace(full: list[Manifest]) -> None:
-    """Two releases in two namespaces do not alert on each other's sidecars."""
+def test_alerts_are_scoped_to_the_release(full: list[Manifest]) -> None:
+    """Its namespace and its monitors' jobs: two releases in one namespace do not alert twice."""
     for rule in _rules(full):
-        assert f'namespace="{NAMESPACE}"' in rule["expr"], rule["alert"]
+        for selector in re.findall(r"acemq_sidecar_\w+\{([^}]*)\}|up\{([^}]*)\}", rule["expr"]):
+            assert MATCHERS in "".join(selector), (rule["alert"], selector)
+
+
+def test_custom_matchers_replace_the_release_scope() -> None:
+    """Scraping the sidecar another way, prometheusRule.matchers names that job."""
+    values = read_values(FULL_VALUES)
+    values["prometheusRule"]["matchers"] = 'job="kubernetes-pods", namespace="messaging"'
+    for rule in _rules(render(values)):
+        assert 'job="kubernetes-pods", namespace="messaging"' in rule["expr"], rule["alert"]
+        assert "acemq-relay-metrics" not in rule["expr"]
 
 
 def test_alert_toggle_drops_the_alert() -> None:
@@ -195,8 +228,22 @@ def test_dashboard_shows_rates_and_violations(full: list[Manifest]) -> None:
     assert has(r'sum by \(route\) \(rate\(acemq_sidecar_messages_total\{outcome="quarantined"')
     assert has(r"sum by \(kind\) \(rate\(acemq_sidecar_violations_total")
     assert has(r"sum by \(route\) \(rate\(acemq_sidecar_violations_total")
+    assert has(r"sum by \(route\) \(acemq_sidecar_in_flight\{")
+    assert has(r"increase\(acemq_sidecar_reconnects_total\{")
+    assert has(r"sum by \(result\) \(increase\(acemq_sidecar_config_reloads_total\{")
     ids = [panel["id"] for panel in dashboard["panels"]]
     assert len(ids) == len(set(ids))
+    # Only this release's sidecars: every query filters on the hidden constant $job,
+    # which the chart sets to the jobs the alerts are scoped to.
+    for title, expr in exprs.items():
+        assert 'job=~"$job"' in expr, title
+    [job] = [v for v in dashboard["templating"]["list"] if v["name"] == "job"]
+    assert job["type"] == "constant"
+    assert job["query"] == job["current"]["value"] == JOBS
+    # Wherever the dashboard names violation kinds, they are the drift alert's.
+    named = [set(k.split("|")) for k in re.findall(r'kind=~"([^"]+)"', joined)]
+    assert named, "no panel shows the drift kinds"
+    assert all(kinds == DRIFT_KINDS for kinds in named), named
 
 
 def test_monitoring_is_off_by_default() -> None:
@@ -208,3 +255,27 @@ def test_monitoring_is_off_by_default() -> None:
     assert "ServiceMonitor" not in kinds
     assert "PrometheusRule" not in kinds
     assert kinds.count("ConfigMap") == 1
+
+
+def _dashboard(manifests: list[Manifest]) -> dict[str, Any]:
+    [dashboard_map] = [
+        m
+        for m in manifests
+        if m.kind == "ConfigMap" and any(k.endswith(".json") for k in m.body["data"])
+    ]
+    [text] = dashboard_map.body["data"].values()
+    dashboard: dict[str, Any] = json.loads(text)
+    return dashboard
+
+
+def test_two_releases_get_two_dashboards() -> None:
+    """Grafana keys dashboards by uid (at most 40 characters) and by title within a folder."""
+    values = read_values(FULL_VALUES)
+    del values["fullnameOverride"]
+    first = _dashboard(render(values, release="orders"))
+    second = _dashboard(render(values, release="billing"))
+    elsewhere = _dashboard(render(values, release="orders", namespace="staging"))
+    uids = {first["uid"], second["uid"], elsewhere["uid"]}
+    assert len(uids) == 3, uids
+    assert all(len(uid) <= 40 for uid in uids), uids
+    assert len({first["title"], second["title"], elsewhere["title"]}) == 3

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import helm_python
 import pytest
 
 from sidecar.routes import route_map_json_schema
-from tests.deploy.chart_schema import chart_route_map_schema, embedded_route_map_schema
+from tests.deploy.chart_schema import (
+    VALUES_SCHEMA,
+    chart_route_map_schema,
+    embedded_route_map_schema,
+)
 from tests.deploy.conftest import MINIMAL_VALUES, read_values, render
 
 
@@ -36,7 +41,16 @@ SCHEMA_VIOLATIONS = [
     ("URL in the ConfigMap", {"routeMap": {"broker": {"url": "amqp://u:p@h/"}}}, "/broker"),
     ("TLS paths by hand", {"routeMap": {"broker": {"tls": {"ca_file": "/x"}}}}, "/broker"),
     ("no Secret name", {"broker": {"urlSecret": {"name": ""}}}, "/broker/urlSecret/name"),
-    ("TLS without Secret", {"tls": {"enabled": True}}, "/tls"),
+    ("TLS Secret name", {"tls": {"enabled": True, "secretName": "Client_TLS"}}, "/tls/secretName"),
+    ("readiness as text", {"readinessProbe": {"enabled": "auto"}}, "/readinessProbe/enabled"),
+    (
+        "unknown eviction policy",
+        {"deployment": {"podDisruptionBudget": {"unhealthyPodEvictionPolicy": "Never"}}},
+        "unhealthyPodEvictionPolicy",
+    ),
+    ("typo in the sidecar shape", {"sidecar": {"nativ": True}}, "/sidecar"),
+    ("typo in a pod monitor", {"podMonitor": {"enable": True}}, "/podMonitor"),
+    ("old Deployment key", {"deployment": {"podAnnotations": {"a": "b"}}}, "/deployment"),
     ("writable root", {"securityContext": {"readOnlyRootFilesystem": False}}, "readOnlyRoot"),
     ("root allowed", {"securityContext": {"runAsNonRoot": False}}, "runAsNonRoot"),
     ("escalation", {"securityContext": {"allowPrivilegeEscalation": True}}, "allowPrivilege"),
@@ -111,6 +125,99 @@ def test_tls_with_ca_only_renders() -> None:
     """Server verification without a client certificate: certKey and keyKey both empty."""
     values = _merge(
         read_values(MINIMAL_VALUES),
-        {"tls": {"enabled": True, "secretName": "ca", "certKey": "", "keyKey": ""}},
+        {
+            "tls": {
+                "enabled": True,
+                "secretName": "ca",
+                "certKey": "",
+                "keyKey": "",
+                "caKey": "ca.crt",
+            }
+        },
     )
     assert render(values)
+
+
+# Keys users of the Bitnami and prometheus-community charts reach for; each is accepted.
+COMMON_KEYS = [
+    ("optional dependency", {"enabled": True}),
+    ("commonLabels", {"commonLabels": {"team": "platform"}}),
+    ("commonAnnotations", {"commonAnnotations": {"example.com/owner": "platform"}}),
+    ("extraVolumes", {"extraVolumes": [{"name": "ca", "configMap": {"name": "ca"}}]}),
+    ("extraVolumeMounts", {"extraVolumeMounts": [{"name": "ca", "mountPath": "/etc/ca"}]}),
+    ("extraEnvFrom", {"extraEnvFrom": [{"configMapRef": {"name": "sidecar-env"}}]}),
+    ("startupProbe", {"startupProbe": {"enabled": True, "failureThreshold": 60}}),
+    (
+        "deployment.updateStrategy",
+        {"deployment": {"updateStrategy": {"rollingUpdate": {"maxSurge": 1}}}},
+    ),
+    (
+        "serviceMonitor.relabelings",
+        {"serviceMonitor": {"relabelings": [{"targetLabel": "team", "replacement": "x"}]}},
+    ),
+    (
+        "serviceMonitor.metricRelabelings",
+        {"serviceMonitor": {"metricRelabelings": [{"action": "drop", "regex": "x"}]}},
+    ),
+    ("serviceAccount", {"serviceAccount": {"create": False, "name": "shared"}}),
+    ("podAnnotations", {"podAnnotations": {"example.com/scrape": "true"}}),
+    ("priorityClassName", {"priorityClassName": "high"}),
+    (
+        "topologySpreadConstraints",
+        {
+            "topologySpreadConstraints": [
+                {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway"}
+            ]
+        },
+    ),
+]
+
+
+@pytest.mark.parametrize("changes", [pytest.param(c, id=what) for what, c in COMMON_KEYS])
+def test_common_keys_are_accepted(changes: dict[str, Any]) -> None:
+    """Each renders (an application chart may pass them through unchanged)."""
+    assert render(_merge(read_values(MINIMAL_VALUES), changes))
+
+
+def _objects(node: Any, path: str = "") -> list[tuple[str, dict[str, Any]]]:
+    """Every schema node with ``properties`` (``$defs`` included), with its path."""
+    found = []
+    if isinstance(node, dict):
+        if "properties" in node:
+            found.append((path, node))
+        for key, value in node.items():
+            found.extend(_objects(value, f"{path}/{key}"))
+    elif isinstance(node, list):
+        for index, item in enumerate(node):
+            found.extend(_objects(item, f"{path}/{index}"))
+    return found
+
+
+def test_every_schema_property_has_a_description() -> None:
+    """Editors and `helm show` read them; the route map's come from chart_schema.DESCRIPTIONS."""
+    schema = json.loads(VALUES_SCHEMA.read_text(encoding="utf-8"))
+    missing = [
+        f"{path}/properties/{name}"
+        for path, node in _objects(schema)
+        for name, prop in node["properties"].items()
+        if not (isinstance(prop, dict) and str(prop.get("description", "")).strip())
+    ]
+    assert not missing, missing
+
+
+def test_every_object_of_the_charts_own_refuses_unknown_keys() -> None:
+    """A typo is an error: every object with properties says additionalProperties false."""
+    schema = json.loads(VALUES_SCHEMA.read_text(encoding="utf-8"))
+    # Pass-through Kubernetes objects keep their own fields (kubernetes-validate checks them).
+    passthrough = {
+        "/properties/securityContext",
+        "/properties/securityContext/properties/capabilities",
+    }
+    open_objects = [
+        path
+        for path, node in _objects(schema)
+        if node.get("additionalProperties") is not False
+        and path not in passthrough
+        and not path.endswith("/items")
+    ]
+    assert not open_objects, open_objects

@@ -256,6 +256,7 @@ def test_only_the_documented_metric_names_exist(
     assert names == {
         P + "messages",
         P + "violations",
+        P + "producer_violations",
         P + "relay_seconds",
         P + "in_flight",
         P + "route_up",
@@ -381,3 +382,62 @@ def test_every_metric_has_help_text(metrics: Metrics, registry: CollectorRegistr
     metrics.add_route("orders")
     for family in registry.collect():
         assert len(family.documentation.split()) >= 8, (family.name, family.documentation)
+
+
+def test_drift_by_producer_is_bounded_per_route_under_ten_thousand_origins() -> None:
+    """10,000 distinct producers on one route: at most the limit, plus other, as series."""
+    registry = CollectorRegistry()
+    metrics = Metrics(registry, version="1.2.3", contract="1.1", producers_per_route=20)
+    metrics.add_route("orders")
+    for i in range(10_000):
+        metrics.count_violations(
+            "orders", [("legacy_name", "x-acemq-replayed-at")], producer=f"svc-{i}"
+        )
+    metrics.count_violations("billing", [("defaulted", "x-acemq-type")], producer="svc-1")
+    producers = {
+        sample.labels["producer"]
+        for family in registry.collect()
+        if family.name == P + "producer_violations"
+        for sample in family.samples
+        if sample.name.endswith("_total") and sample.labels["route"] == "orders"
+    }
+    assert len(producers) == 21
+    assert "other" in producers
+    assert {f"svc-{i}" for i in range(20)} <= producers
+    assert (
+        value(
+            registry,
+            "producer_violations_total",
+            route="orders",
+            producer="other",
+            kind="legacy_name",
+        )
+        == 9_980
+    )
+    assert (
+        value(
+            registry,
+            "producer_violations_total",
+            route="billing",
+            producer="svc-1",
+            kind="defaulted",
+        )
+        == 1
+    )
+
+
+def test_a_removed_route_forgets_its_producers() -> None:
+    registry = CollectorRegistry()
+    metrics = Metrics(registry, version="1.2.3", contract="1.1", producers_per_route=1)
+    metrics.add_route("orders")
+    metrics.count_violations("orders", [("coerced", "x-acemq-attempt")], producer="a")
+    metrics.remove_route("orders")
+    metrics.count_violations("orders", [("coerced", "x-acemq-attempt")], producer="b")
+    assert (
+        value(registry, "producer_violations_total", route="orders", producer="a", kind="coerced")
+        is None
+    )
+    assert (
+        value(registry, "producer_violations_total", route="orders", producer="b", kind="coerced")
+        == 1
+    )

@@ -12,6 +12,7 @@ from sidecar.reload_plan import ReloadPlan, plan_reload
 from sidecar.route_map import (
     BrokerConfig,
     HttpConfig,
+    MetricsConfig,
     Mode,
     Publishers,
     Route,
@@ -44,6 +45,7 @@ def route_map(*routes: Route, **changes: object) -> RouteMap:
     base = RouteMap(
         broker=BROKER,
         http=HttpConfig(host="127.0.0.1", port=9090),
+        metrics=MetricsConfig(producers_per_route=20),
         mode=Mode.ENFORCE,
         quarantine_exchange="acemq.quarantine",
         shutdown_grace_s=30.0,
@@ -189,6 +191,12 @@ def test_restart_and_start_carry_the_new_settings() -> None:
             False,
             True,
             id="http-listen",
+        ),
+        pytest.param(
+            route_map(A, metrics=MetricsConfig(producers_per_route=5)),
+            False,
+            True,
+            id="metrics-producers",
         ),
     ],
 )

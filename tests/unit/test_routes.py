@@ -16,6 +16,7 @@ from sidecar.routes import (
     BrokerConfig,
     HttpConfig,
     LogLevel,
+    MetricsConfig,
     Mode,
     Publishers,
     Route,
@@ -85,6 +86,7 @@ def test_full_file_parses_into_objects() -> None:
             connect_timeout_s=2.5,
         ),
         http=HttpConfig(host="127.0.0.1", port=9191),
+        metrics=MetricsConfig(producers_per_route=20),
         mode=Mode.AUDIT,
         quarantine_exchange="ops.quarantine",
         shutdown_grace_s=12.0,
@@ -126,6 +128,7 @@ def test_defaults_fill_everything_but_the_routes() -> None:
             connect_timeout_s=10.0,
         ),
         http=HttpConfig(host="0.0.0.0", port=9090),  # noqa: S104 -- the documented default
+        metrics=MetricsConfig(producers_per_route=20),
         mode=Mode.ENFORCE,
         quarantine_exchange="acemq.quarantine",
         shutdown_grace_s=30.0,
@@ -280,7 +283,7 @@ ERRORS = [
         _yaml("mode: audit", "routs: []"),
         {},
         'routes.yaml:2: routs: unknown key; did you mean "routes"? allowed keys are: broker, http,'
-        " mode, quarantine, shutdown_grace_s, routes",
+        " metrics, mode, quarantine, shutdown_grace_s, routes",
         id="unknown-top-level-key",
     ),
     pytest.param(

@@ -32,13 +32,68 @@ rendered.
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
-{{/* Labels of every object this chart renders (root context only). */}}
+{{/* Labels of every object this chart renders (root context only), commonLabels last. */}}
 {{- define "acemq-sidecar.labels" -}}
 helm.sh/chart: {{ include "acemq-sidecar.chart" . }}
 {{ include "acemq-sidecar.selectorLabels" . }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: acemq
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
+metadata.annotations of an object: commonAnnotations and the object's own (a dict, may be
+empty), rendered under an "annotations:" key only when there is one. Call with
+(dict "root" . "own" $annotations) at the indentation of the other metadata keys.
+*/}}
+{{- define "acemq-sidecar.annotations" -}}
+{{- $all := merge (deepCopy (.own | default dict)) (.root.Values.commonAnnotations | default dict) }}
+{{- with $all }}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/*
+The label the sidecar's pods carry in every shape (acemq-sidecar.podLabels), so that the
+metrics Service and the PodMonitor find them in an application's pods too.
+*/}}
+{{- define "acemq-sidecar.instanceLabel" -}}
+acemq-sidecar/instance: {{ include "acemq-sidecar.fullname" . }}
+{{- end }}
+
+{{/*
+The metrics Service's name: a DNS-1035 label of at most 63 characters, so the full name
+is cut to leave room for the suffix.
+*/}}
+{{- define "acemq-sidecar.serviceName" -}}
+{{- $name := printf "%s-metrics" (include "acemq-sidecar.fullname" . | trunc 55 | trimSuffix "-") }}
+{{- if not (regexMatch "^[a-z]([-a-z0-9]*[a-z0-9])?$" $name) }}
+{{- fail (printf "the metrics Service would be named %q, which is not a DNS-1035 label (a Service name starts with a letter and has no dots); set fullnameOverride" $name) }}
+{{- end }}
+{{- $name }}
+{{- end }}
+
+{{/* The job label Prometheus gives the sidecar's series through this chart's monitors. */}}
+{{- define "acemq-sidecar.jobs" -}}
+{{- printf "%s|%s/%s" (include "acemq-sidecar.serviceName" .) .Release.Namespace (include "acemq-sidecar.fullname" .) }}
+{{- end }}
+
+{{/* The PromQL matchers every alert and dashboard query of this release uses. */}}
+{{- define "acemq-sidecar.matchers" -}}
+{{- .Values.prometheusRule.matchers | default (printf "namespace=%q, job=~%q" .Release.Namespace (include "acemq-sidecar.jobs" .)) }}
+{{- end }}
+
+{{/* The ServiceAccount of the standalone Deployment's pods. */}}
+{{- define "acemq-sidecar.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- .Values.serviceAccount.name | default (include "acemq-sidecar.fullname" .) }}
+{{- else }}
+{{- .Values.serviceAccount.name }}
+{{- end }}
 {{- end }}
 
 {{- define "acemq-sidecar.selectorLabels" -}}
@@ -96,14 +151,13 @@ the environment variable AMQP_URL (from the Secret) and broker.tls to the mounte
 {{- $_ := set $broker "url" "${AMQP_URL}" }}
 {{- if .Values.tls.enabled }}
 {{- $tls := dict "ca_file" nil "cert_file" nil "key_file" nil }}
-{{- if .Values.tls.caKey }}
-{{- $_ := set $tls "ca_file" (printf "%s/%s" (include "acemq-sidecar.tlsDir" .) .Values.tls.caKey) }}
+{{- $dir := include "acemq-sidecar.tlsDir" . }}
+{{- if include "acemq-sidecar.tlsCaSecret" . }}
+{{- $_ := set $tls "ca_file" (printf "%s/ca.crt" $dir) }}
 {{- end }}
-{{- if and .Values.tls.certKey .Values.tls.keyKey }}
-{{- $_ := set $tls "cert_file" (printf "%s/%s" (include "acemq-sidecar.tlsDir" .) .Values.tls.certKey) }}
-{{- $_ := set $tls "key_file" (printf "%s/%s" (include "acemq-sidecar.tlsDir" .) .Values.tls.keyKey) }}
-{{- else if or .Values.tls.certKey .Values.tls.keyKey }}
-{{- fail "tls: certKey and keyKey go together; set both (a client certificate) or neither" }}
+{{- if include "acemq-sidecar.tlsClientSecret" . }}
+{{- $_ := set $tls "cert_file" (printf "%s/tls.crt" $dir) }}
+{{- $_ := set $tls "key_file" (printf "%s/tls.key" $dir) }}
 {{- end }}
 {{- $_ := set $broker "tls" $tls }}
 {{- end }}
@@ -113,6 +167,34 @@ the environment variable AMQP_URL (from the Secret) and broker.tls to the mounte
 
 {{- define "acemq-sidecar.configDir" -}}
 /etc/acemq-sidecar
+{{- end }}
+
+{{/*
+The Secret holding the client certificate, or "" for none. certKey and keyKey go together.
+*/}}
+{{- define "acemq-sidecar.tlsClientSecret" -}}
+{{- $tls := .Values.tls }}
+{{- if and $tls.enabled $tls.secretName }}
+{{- if and $tls.certKey $tls.keyKey }}
+{{- $tls.secretName }}
+{{- else if or $tls.certKey $tls.keyKey }}
+{{- fail "tls: certKey and keyKey go together; set both (a client certificate) or neither" }}
+{{- else if not $tls.caKey }}
+{{- fail (printf "tls.secretName %q: with certKey and keyKey empty it is only read for caKey; set caKey, or tls.secretName \"\"" $tls.secretName) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The Secret holding the CA bundle, or "" for the system trust store. */}}
+{{- define "acemq-sidecar.tlsCaSecret" -}}
+{{- $tls := .Values.tls }}
+{{- if and $tls.enabled $tls.caKey }}
+{{- $secret := $tls.caSecretName | default $tls.secretName }}
+{{- if not $secret }}
+{{- fail (printf "tls.caKey %q names a key, but of no Secret: set tls.caSecretName (or tls.secretName); leave caKey \"\" for the system trust store" $tls.caKey) }}
+{{- end }}
+{{- $secret }}
+{{- end }}
 {{- end }}
 
 {{/* Not under configDir: a mount inside a ConfigMap volume's read-only directory fails. */}}

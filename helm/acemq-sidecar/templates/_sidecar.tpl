@@ -1,16 +1,22 @@
 {{/*
 The templates an application chart includes to run the sidecar in its own pods. Each
 takes the scope described in _helpers.tpl; from an application chart that depends on this
-one:
+one (docs/kubernetes.md has the whole example):
 
     {{- $acemq := dict "Values" (index .Values "acemq-sidecar") "Release" .Release }}
     spec:
       template:
         metadata:
+          labels:
+            {{- include "acemq-sidecar.podLabels" $acemq | nindent 12 }}
           annotations:
-            {{- include "acemq-sidecar.podAnnotations" $acemq | nindent 8 }}
+            {{- include "acemq-sidecar.podAnnotations" $acemq | nindent 12 }}
         spec:
           terminationGracePeriodSeconds: {{ include "acemq-sidecar.terminationGracePeriodSeconds" $acemq }}
+          {{- with include "acemq-sidecar.initContainer" $acemq }}
+          initContainers:
+            {{- . | nindent 12 }}
+          {{- end }}
           containers:
             - name: app
               ...
@@ -18,15 +24,51 @@ one:
           volumes:
             {{- include "acemq-sidecar.volumes" $acemq | nindent 12 }}
 
-This chart (the dependency) still renders the route map's ConfigMap, which the volume
-refers to; set deployment.enabled=false for it so it adds no Deployment of its own.
+sidecar.native picks which of acemq-sidecar.container (classic) and
+acemq-sidecar.initContainer (native) renders; the other renders nothing, so a chart that
+includes both switches shape with one value. This chart (the dependency) still renders the
+route map's ConfigMap, which the volume refers to; set deployment.enabled=false for it so
+it adds no Deployment of its own.
 */}}
 
-{{/* The sidecar container, as one item of a pod's containers list. */}}
+{{/* The classic sidecar, one item of a pod's containers; nothing when sidecar.native. */}}
 {{- define "acemq-sidecar.container" -}}
+{{- if not .Values.sidecar.native }}
+{{- include "acemq-sidecar.containerItem" (dict "scope" . "shape" "classic") }}
+{{- end }}
+{{- end }}
+
+{{/*
+The native sidecar (KEP-753, Kubernetes >= 1.29), one item of a pod's initContainers;
+nothing unless sidecar.native. restartPolicy: Always makes it a sidecar: it starts before
+the application's containers (once its startup probe passes), runs beside them, and is
+stopped after they have exited, so it relays what they publish until the end, and a Job
+completes when its own containers do.
+*/}}
+{{- define "acemq-sidecar.initContainer" -}}
+{{- if .Values.sidecar.native }}
+{{- include "acemq-sidecar.containerItem" (dict "scope" . "shape" "native") }}
+{{- end }}
+{{- end }}
+
+{{/*
+The container. "shape": standalone (this chart's Deployment), classic (an application's
+containers) or native (an application's initContainers).
+*/}}
+{{- define "acemq-sidecar.containerItem" -}}
+{{- $shape := .shape }}
+{{- with .scope }}
+{{- $readiness := .Values.readinessProbe.enabled }}
+{{- if kindIs "invalid" $readiness }}
+{{- $readiness = eq $shape "standalone" }}
+{{- end }}
 - name: acemq-sidecar
   image: {{ include "acemq-sidecar.image" . | quote }}
   imagePullPolicy: {{ .Values.image.pullPolicy }}
+  {{- if eq $shape "native" }}
+  # A sidecar container: restarted whenever it exits, stopped after the app's containers.
+  restartPolicy: Always
+  {{- end }}
   # The image's entrypoint is `acemq-sidecar run`; these are its arguments.
   args:
     - --config
@@ -43,10 +85,23 @@ refers to; set deployment.enabled=false for it so it adds no Deployment of its o
     {{- with .Values.extraEnv }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
+  {{- with .Values.extraEnvFrom }}
+  envFrom:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
   ports:
     - name: {{ .Values.portName }}
       containerPort: {{ include "acemq-sidecar.port" . }}
       protocol: TCP
+  {{- if or (eq $shape "native") .Values.startupProbe.enabled }}
+  # /healthz until it first answers: the route map is read and HTTP is served. It does
+  # not wait for the broker, so an outage never holds the application's start back.
+  startupProbe:
+    httpGet:
+      path: /healthz
+      port: {{ .Values.portName }}
+    {{- toYaml (omit .Values.startupProbe "enabled") | nindent 4 }}
+  {{- end }}
   {{- if .Values.livenessProbe.enabled }}
   # /healthz: the event loop is running.
   livenessProbe:
@@ -55,7 +110,7 @@ refers to; set deployment.enabled=false for it so it adds no Deployment of its o
       port: {{ .Values.portName }}
     {{- toYaml (omit .Values.livenessProbe "enabled") | nindent 4 }}
   {{- end }}
-  {{- if .Values.readinessProbe.enabled }}
+  {{- if $readiness }}
   # /readyz: connected, and every route consuming.
   readinessProbe:
     httpGet:
@@ -75,11 +130,16 @@ refers to; set deployment.enabled=false for it so it adds no Deployment of its o
     - name: acemq-sidecar-config
       mountPath: {{ include "acemq-sidecar.configDir" . }}
       readOnly: true
-    {{- if .Values.tls.enabled }}
+    {{- if or (include "acemq-sidecar.tlsClientSecret" .) (include "acemq-sidecar.tlsCaSecret" .) }}
+    # Read at every connect: a renewed certificate is used from the next reconnect on.
     - name: acemq-sidecar-tls
       mountPath: {{ include "acemq-sidecar.tlsDir" . }}
       readOnly: true
     {{- end }}
+    {{- with .Values.extraVolumeMounts }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+{{- end }}
 {{- end }}
 
 {{/* The sidecar's volumes, as items of a pod's volumes list. */}}
@@ -87,17 +147,58 @@ refers to; set deployment.enabled=false for it so it adds no Deployment of its o
 - name: acemq-sidecar-config
   configMap:
     name: {{ include "acemq-sidecar.configMapName" . }}
-{{- if .Values.tls.enabled }}
+{{- $client := include "acemq-sidecar.tlsClientSecret" . }}
+{{- $ca := include "acemq-sidecar.tlsCaSecret" . }}
+{{- if or $client $ca }}
+# Only the listed keys, under fixed names: a key missing from its Secret stops the pod
+# at ContainerCreating with an event naming the key.
 - name: acemq-sidecar-tls
-  secret:
-    secretName: {{ required "tls.secretName: name the existing Secret with the TLS files" .Values.tls.secretName }}
+  projected:
     # Readable by the sidecar's user whatever the pod's fsGroup; only this container
     # mounts the volume.
     defaultMode: 0444
+    sources:
+      {{- if $client }}
+      - secret:
+          name: {{ $client }}
+          items:
+            - {key: {{ .Values.tls.certKey | quote }}, path: tls.crt}
+            - {key: {{ .Values.tls.keyKey | quote }}, path: tls.key}
+      {{- end }}
+      {{- if $ca }}
+      - secret:
+          name: {{ $ca }}
+          items:
+            - {key: {{ .Values.tls.caKey | quote }}, path: ca.crt}
+      {{- end }}
+{{- end }}
+{{- with .Values.extraVolumes }}
+{{ toYaml . }}
 {{- end }}
 {{- end }}
 
-{{/* Pod annotations: a changed route map changes the pod template, so the pods roll. */}}
+{{/*
+Pod labels: the label the metrics Service (with deployment.enabled=false) and the
+PodMonitor select the sidecar's pods by. Add it to your pod template's labels, not to the
+Deployment's selector.
+*/}}
+{{- define "acemq-sidecar.podLabels" -}}
+{{ include "acemq-sidecar.instanceLabel" . }}
+{{- end }}
+
+{{/*
+Pod annotations. A changed route map changes the pod template, so the pods roll; so does a
+rotated broker Secret: its resourceVersion as `helm upgrade` reads it from the cluster, or
+broker.urlSecret.revision (for renders that cannot read the cluster). Hashed, so nothing
+of the Secret is shown.
+*/}}
 {{- define "acemq-sidecar.podAnnotations" -}}
+{{- $secret := .Values.broker.urlSecret }}
+{{- $revision := $secret.revision }}
+{{- if and (not $revision) $secret.name }}
+{{- $live := lookup "v1" "Secret" .Release.Namespace $secret.name }}
+{{- $revision = dig "metadata" "resourceVersion" "" ($live | default dict) }}
+{{- end }}
 checksum/acemq-sidecar-config: {{ include "acemq-sidecar.routeMap" . | sha256sum }}
+checksum/acemq-broker-secret: {{ printf "%s/%s/%s" $secret.name $secret.key $revision | sha256sum }}
 {{- end }}

@@ -1,0 +1,357 @@
+"""The chart's alerts under Prometheus' own rule engine: `promtool check rules` and `test rules`.
+
+The PrometheusRule is rendered with ci/full-values.yaml, its groups written to a rules file,
+and every scenario below becomes a promtool unit test: input series as the sidecar and the
+scrape produce them, and at each evaluation time the alerts that must be firing, with their
+labels and annotations. promtool comes from Debian's `prometheus` package; without it the
+tests skip, except under CI (the CI variable set), where a skip would hide a broken rule.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.deploy.conftest import FULL_VALUES, NAMESPACE, only, read_values, render
+
+# ci/full-values.yaml: fullnameOverride acemq-relay, so the ServiceMonitor's job is the
+# Service's name and the PodMonitor's is namespace/name.
+JOB = "acemq-relay-metrics"
+POD_JOB = f"{NAMESPACE}/acemq-relay"
+OTHER_JOB = "shop-acemq-sidecar-metrics"  # another release in the same namespace
+
+PODS = ("acemq-relay-7d9c-a", "acemq-relay-7d9c-b", "acemq-relay-7d9c-c")
+ROUTES = ("orders", "invoices", "legacy")
+
+
+def _promtool() -> str:
+    found = shutil.which("promtool")
+    if found:
+        return found
+    reason = (
+        "promtool not found: `apt-get install prometheus` (Debian) brings it; "
+        "tests/deploy/test_alerts.py runs the chart's alerts through it"
+    )
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason}. CI must run these, not skip them.")
+    pytest.skip(reason)
+
+
+def _series(metric: str, job: str = JOB, pod: str = PODS[0], **labels: str) -> str:
+    every = {"namespace": NAMESPACE, "job": job, "pod": pod, "instance": f"{pod}:9102"} | labels
+    inner = ", ".join(f'{key}="{value}"' for key, value in sorted(every.items()))
+    return f"{metric}{{{inner}}}"
+
+
+@dataclass(frozen=True, slots=True)
+class Expect:
+    """At ``at`` (minutes), alert ``alert`` fires exactly once per label set in ``fired``."""
+
+    at: int
+    alert: str
+    fired: list[dict[str, str]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    """Input series (promtool's expanding notation, one sample a minute) and expectations."""
+
+    name: str
+    series: dict[str, str]
+    expect: list[Expect]
+
+
+def _pod_labels(pod: str = PODS[0], job: str = JOB) -> dict[str, str]:
+    return {"namespace": NAMESPACE, "job": job, "pod": pod, "instance": f"{pod}:9102"}
+
+
+VIOLATIONS = "acemq_sidecar_violations_total"
+MESSAGES = "acemq_sidecar_messages_total"
+ROUTE_UP = "acemq_sidecar_route_up"
+CONNECTED = "acemq_sidecar_broker_connected"
+RELOADS = "acemq_sidecar_config_reloads_total"
+RECONNECTS = "acemq_sidecar_reconnects_total"
+
+SCENARIOS = [
+    Scenario(
+        "drift: an unknown reserved header appears",
+        {
+            _series(
+                VIOLATIONS, route="orders", kind="unknown_reserved", header="x-acemq-*"
+            ): "0x5 1x20"
+        },
+        [
+            Expect(5, "AcemqSidecarContractDrift"),
+            Expect(
+                8,
+                "AcemqSidecarContractDrift",
+                [{"namespace": NAMESPACE, "route": "orders", "kind": "unknown_reserved"}],
+            ),
+        ],
+    ),
+    Scenario(
+        "drift: a publisher writes unsigned integer tags",
+        {_series(VIOLATIONS, route="invoices", kind="unportable", header="app"): "0x5 3x20"},
+        [
+            Expect(
+                8,
+                "AcemqSidecarContractDrift",
+                [{"namespace": NAMESPACE, "route": "invoices", "kind": "unportable"}],
+            ),
+        ],
+    ),
+    Scenario(
+        "drift: kinds that are not drift do not alert",
+        {
+            _series(VIOLATIONS, route="orders", kind="defaulted", header="x-acemq-id"): "0+10x20",
+            _series(VIOLATIONS, route="orders", kind="coerced", header="x-acemq-attempt"): "0+1x20",
+        },
+        [Expect(10, "AcemqSidecarContractDrift")],
+    ),
+    Scenario(
+        "drift: counted before the pod's first scrape",
+        {
+            _series(
+                VIOLATIONS, route="orders", kind="legacy_name", header="x-acemq-replay-count"
+            ): "2x20"
+        },
+        [
+            Expect(
+                3,
+                "AcemqSidecarContractDrift",
+                [{"namespace": NAMESPACE, "route": "orders", "kind": "legacy_name"}],
+            ),
+        ],
+    ),
+    Scenario(
+        "quarantine: messages set aside on two pods",
+        {
+            _series(MESSAGES, pod=PODS[0], route="orders", outcome="quarantined"): "0x5 0+1x20",
+            _series(MESSAGES, pod=PODS[1], route="orders", outcome="quarantined"): "0x5 0+2x20",
+            _series(MESSAGES, pod=PODS[0], route="orders", outcome="relayed"): "0+100x25",
+        },
+        [
+            Expect(5, "AcemqSidecarQuarantining"),
+            Expect(9, "AcemqSidecarQuarantining", [{"namespace": NAMESPACE, "route": "orders"}]),
+        ],
+    ),
+    Scenario(
+        "quarantine: counted before the pod's first scrape",
+        {_series(MESSAGES, route="invoices", outcome="quarantined"): "1x20"},
+        [
+            Expect(3, "AcemqSidecarQuarantining", [{"namespace": NAMESPACE, "route": "invoices"}]),
+        ],
+    ),
+    Scenario(
+        "quarantine: a relay without quarantines is quiet",
+        {_series(MESSAGES, route="orders", outcome="quarantined"): "0x20"},
+        [Expect(10, "AcemqSidecarQuarantining")],
+    ),
+    Scenario(
+        "scope: another release in the same namespace",
+        {
+            _series(MESSAGES, job=OTHER_JOB, route="orders", outcome="quarantined"): "0x5 0+1x20",
+            _series(ROUTE_UP, job=OTHER_JOB, route="orders"): "0x30",
+            _series(CONNECTED, job=OTHER_JOB): "0x30",
+            _series("up", job=JOB): "1x30",
+        },
+        [
+            Expect(9, "AcemqSidecarQuarantining"),
+            Expect(20, "AcemqSidecarRouteDown"),
+            Expect(20, "AcemqSidecarBrokerDisconnected"),
+        ],
+    ),
+    Scenario(
+        "scope: the release's sidecar in an application pod (PodMonitor job)",
+        {_series(CONNECTED, job=POD_JOB, pod="shop-5f6b-x"): "0x10"},
+        [
+            Expect(
+                5,
+                "AcemqSidecarBrokerDisconnected",
+                [_pod_labels("shop-5f6b-x", POD_JOB) | {"severity": "critical"}],
+            ),
+        ],
+    ),
+    Scenario(
+        "route down: a missing staging queue, broker connected",
+        {
+            _series(ROUTE_UP, route="orders"): "1x3 0x20",
+            _series(ROUTE_UP, route="invoices"): "1x25",
+            _series(CONNECTED): "1x25",
+        },
+        [
+            Expect(10, "AcemqSidecarRouteDown"),
+            Expect(
+                14,
+                "AcemqSidecarRouteDown",
+                [_pod_labels() | {"route": "orders", "severity": "page"}],
+            ),
+        ],
+    ),
+    Scenario(
+        "broker outage: one alert per pod, no route alerts on top",
+        {
+            **{_series(CONNECTED, pod=pod): "1x2 0x30" for pod in PODS},
+            **{
+                _series(ROUTE_UP, pod=pod, route=route): "1x2 0x30"
+                for pod in PODS
+                for route in ROUTES
+            },
+        },
+        [
+            Expect(
+                10,
+                "AcemqSidecarBrokerDisconnected",
+                [_pod_labels(pod) | {"severity": "critical"} for pod in PODS],
+            ),
+            Expect(20, "AcemqSidecarRouteDown"),
+        ],
+    ),
+    Scenario(
+        "reload refused: an invalid route map edited in place",
+        {
+            _series(RELOADS, result="refused"): "0x5 1x30",
+            _series(RELOADS, result="applied"): "0x5 1x30",
+        },
+        [
+            Expect(4, "AcemqSidecarConfigReloadRefused"),
+            Expect(
+                7,
+                "AcemqSidecarConfigReloadRefused",
+                [_pod_labels() | {"result": "refused", "severity": "warning"}],
+            ),
+        ],
+    ),
+    Scenario(
+        "reconnects: a flapping connection",
+        {_series(RECONNECTS): "0x5 0+1x30"},
+        [
+            Expect(7, "AcemqSidecarReconnectFlapping"),
+            Expect(12, "AcemqSidecarReconnectFlapping", [_pod_labels() | {"severity": "warning"}]),
+        ],
+    ),
+    Scenario(
+        "reconnects: one reconnect after a broker restart is not flapping",
+        {_series(RECONNECTS): "0x5 1x30"},
+        [Expect(30, "AcemqSidecarReconnectFlapping")],
+    ),
+    Scenario(
+        "absent: no target of the release is scraped",
+        {_series("up", job=OTHER_JOB): "1x20"},
+        [Expect(10, "AcemqSidecarTargetAbsent", [{"severity": "warning"}])],
+    ),
+    Scenario(
+        "absent: the release's targets are down",
+        {_series("up", pod=pod): "1x3 0x20" for pod in PODS[:2]},
+        [
+            Expect(3, "AcemqSidecarTargetAbsent"),
+            Expect(12, "AcemqSidecarTargetAbsent", [{"severity": "warning"}]),
+        ],
+    ),
+    Scenario(
+        "absent: one pod of three scraped is not absent",
+        {
+            _series("up", pod=PODS[0]): "0x20",
+            _series("up", pod=PODS[1]): "0x20",
+            _series("up", pod=PODS[2]): "1x20",
+        },
+        [Expect(15, "AcemqSidecarTargetAbsent")],
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def rules() -> dict[str, Any]:
+    """The rendered PrometheusRule's spec, as a Prometheus rules file."""
+    spec: dict[str, Any] = only(render(read_values(FULL_VALUES)), "PrometheusRule").body["spec"]
+    return {"groups": spec["groups"]}
+
+
+def _rules_by_alert(rules: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {rule["alert"]: rule for group in rules["groups"] for rule in group["rules"]}
+
+
+_LABEL_REF = re.compile(r"\{\{\s*\$labels\.(\w+)\s*\}\}")
+
+
+def _annotations(rule: dict[str, Any], labels: dict[str, str]) -> dict[str, str]:
+    """The rule's annotations as Prometheus expands them for an alert with ``labels``."""
+
+    def label(match: re.Match[str]) -> str:
+        assert match[1] in labels, (
+            f"{rule['alert']}: an annotation uses $labels.{match[1]}, which the alert does not"
+            f" carry (it has {sorted(labels)}); Prometheus would write <no value>"
+        )
+        return labels[match[1]]
+
+    annotations = rule.get("annotations", {})
+    assert "{{ $value" not in str(annotations), "expected values are not modelled here"
+    return {key: _LABEL_REF.sub(label, value) for key, value in annotations.items()}
+
+
+def _unit_tests(rules: dict[str, Any]) -> dict[str, Any]:
+    by_alert = _rules_by_alert(rules)
+    tests = []
+    for scenario in SCENARIOS:
+        checks = []
+        for expect in scenario.expect:
+            rule = by_alert[expect.alert]
+            alerts = []
+            for fired in expect.fired:
+                labels = {"severity": rule["labels"]["severity"]} | fired
+                alerts.append({"exp_labels": labels, "exp_annotations": _annotations(rule, labels)})
+            checks.append(
+                {"eval_time": f"{expect.at}m", "alertname": expect.alert, "exp_alerts": alerts}
+            )
+        tests.append(
+            {
+                "name": scenario.name,
+                "interval": "1m",
+                "input_series": [
+                    {"series": series, "values": values}
+                    for series, values in scenario.series.items()
+                ],
+                "alert_rule_test": checks,
+            }
+        )
+    return {"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": tests}
+
+
+def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [_promtool(), *args], cwd=cwd, capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def test_promtool_checks_the_rendered_rules(rules: dict[str, Any], tmp_path: Path) -> None:
+    """The rules parse, every expression is valid PromQL, every template expands."""
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rules, sort_keys=False), encoding="utf-8")
+    result = _run("check", "rules", "rules.yaml", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_alert_behaves_as_documented(rules: dict[str, Any], tmp_path: Path) -> None:
+    """`promtool test rules`: each scenario's alerts fire, and only those, at each time."""
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rules, sort_keys=False), encoding="utf-8")
+    (tmp_path / "tests.yaml").write_text(
+        yaml.safe_dump(_unit_tests(rules), sort_keys=False), encoding="utf-8"
+    )
+    result = _run("test", "rules", "tests.yaml", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_alert_has_a_firing_and_a_quiet_case(rules: dict[str, Any]) -> None:
+    """A new alert without scenarios, or one only ever tested quiet, fails here."""
+    fired = {e.alert for s in SCENARIOS for e in s.expect if e.fired}
+    quiet = {e.alert for s in SCENARIOS for e in s.expect if not e.fired}
+    alerts = set(_rules_by_alert(rules))
+    assert alerts == fired, f"never seen firing: {alerts - fired}; unknown: {fired - alerts}"
+    assert alerts == quiet, f"never seen quiet: {alerts - quiet}"
