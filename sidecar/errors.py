@@ -34,3 +34,56 @@ class TlsFileError(SidecarError):
         self.path = path
         self.detail = message
         super().__init__(f"broker.tls.{key}: {message}")
+
+
+# --- the transport: the broker's address, the connection and its channels -------------------
+
+
+class BrokerAddressError(SidecarError, ValueError):
+    """A broker URL that cannot be used; the message never holds the password.
+
+    ``parameter`` names the query parameter at fault, when one is.
+    """
+
+    def __init__(self, message: str, *, parameter: str | None = None) -> None:
+        self.parameter = parameter
+        super().__init__(message)
+
+
+class BrokerConnectionError(SidecarError, ConnectionError):
+    """The connection to the broker ended or failed; the message says why, never the URL.
+
+    A ``ConnectionError`` too, so that code written against the builtin keeps working.
+    """
+
+
+class ConnectFailedError(BrokerConnectionError):
+    """No connection could be opened: refused, unreachable, TLS, login or timeout."""
+
+
+class SidecarChannelError(SidecarError):
+    """Base of the channel-level failures the relay reacts to."""
+
+
+class ChannelLostError(SidecarChannelError):
+    """The channel or its connection closed; unacked deliveries go back to the queue."""
+
+
+class ChannelClosedError(ChannelLostError):
+    """The broker closed the channel, with its reply code and text."""
+
+    def __init__(self, code: int, text: str) -> None:
+        self.code = code
+        self.text = text
+        super().__init__(f"channel closed by the broker: {code} {text}")
+
+
+class MissingEntityError(SidecarChannelError):
+    """A queue or exchange the route needs does not exist."""
+
+    def __init__(self, *, kind: str, name: str) -> None:
+        self.kind = kind
+        self.name = name
+        super().__init__(
+            f'{kind} "{name}" does not exist; create it (the sidecar does not declare topology)'
+        )

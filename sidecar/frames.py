@@ -1,10 +1,13 @@
 """AMQP 0-9-1 frames on the relay's hot path, in our own types: pure, no I/O.
 
+The AMQP client (:mod:`sidecar.amqp`) reads and writes them; it lives outside the client's
+package so that the pure core (settlement, delivery) can use its types without I/O.
+
 The frames every message crosses (``basic.deliver`` with its content header and body,
 ``basic.publish`` with its, the broker's confirms and returns, our acks) are built and read
 here with :mod:`struct` and :mod:`sidecar.wire`, once per message and without an
 intermediate object per frame. Everything rarer (the handshake, channel and queue methods)
-goes through pamqp in :mod:`sidecar.amqp`.
+goes through pamqp in :mod:`sidecar.amqp.codec` and :mod:`sidecar.amqp.handshake`.
 
 A frame is ``type:u8 channel:u16 size:u32 payload frame-end(0xCE)``; a method payload
 starts with ``class:u16 method:u16``; a content header is ``class:u16 weight:u16

@@ -14,10 +14,11 @@ import signal
 from typing import TYPE_CHECKING
 
 from sidecar import __version__
+from sidecar.address import BrokerAddress
 from sidecar.amqp import connect
 from sidecar.backoff import Backoff
 from sidecar.contract import CONTRACT_VERSION
-from sidecar.errors import ConfigError, TlsFileError
+from sidecar.errors import BrokerAddressError, ConfigError, TlsFileError
 from sidecar.health import HealthServer, Probe
 from sidecar.metrics import Metrics, ReloadResult
 from sidecar.relay import RouteWorker
@@ -209,12 +210,12 @@ class Service:
             broker = self._route_map.broker
             try:
                 connection = await connect(
-                    broker.url,
+                    BrokerAddress.parse(broker.url),
                     heartbeat_s=broker.heartbeat_s,
                     connect_timeout_s=broker.connect_timeout_s,
                     ssl_context=_ssl_context(broker),
                 )
-            except ConnectionError as e:
+            except (ConnectionError, BrokerAddressError) as e:  # a URL the route map let through
                 delay = backoff.next_delay()
                 log.warning(
                     "broker %s unreachable: %s; retrying in %.1fs", broker.masked_url, e, delay

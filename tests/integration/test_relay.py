@@ -549,26 +549,22 @@ async def test_slow_confirm_is_reported_and_never_resent(
 ) -> None:
     """A confirm slower than the limit pauses the route on /readyz; the copy is sent once."""
     import sidecar.relay  # noqa: PLC0415
-    from sidecar.amqp import Channel  # noqa: PLC0415
-
-    real_confirm = Channel._confirm
-
-    def late_confirm(self: Channel, *confirm: Any) -> None:
-        # the broker under an alarm, as the sidecar sees it
-        asyncio.get_running_loop().call_later(1.0, real_confirm, self, *confirm)
+    from tests.lag_proxy import LagProxy  # noqa: PLC0415
 
     monkeypatch.setattr(sidecar.relay, "CONFIRM_TIMEOUT_S", 0.2)
-    monkeypatch.setattr(Channel, "_confirm", late_confirm)
     topo = await make_topology(broker)
-    async with run_sidecar(one_route(broker, topo)) as running:
-        await broker.publish(topo.staging, headers=envelope("slow-1"))
-        await wait_for(
-            lambda: "no confirm" in running.service.readiness().detail, what="slowness reported"
-        )
-        await wait_for(lambda: running.service.readiness().ok, what="resumed")
-        arrived = await broker.take(topo.target, 1)
-        await asyncio.sleep(0.5)
-        arrived += await broker.drain(topo.target)
+    async with LagProxy(broker.url) as proxy:
+        text = one_route(broker, topo).replace(broker.url, proxy.proxied_url)
+        async with run_sidecar(text) as running:
+            proxy.lag_s = 1.0  # the broker under an alarm, as the sidecar sees it
+            await broker.publish(topo.staging, headers=envelope("slow-1"))
+            await wait_for(
+                lambda: "no confirm" in running.service.readiness().detail, what="slowness reported"
+            )
+            await wait_for(lambda: running.service.readiness().ok, what="resumed")
+            arrived = await broker.take(topo.target, 1)
+            await asyncio.sleep(0.5)
+            arrived += await broker.drain(topo.target)
     assert [headers_of(m)["x-acemq-id"] for m in arrived] == ["slow-1"]
     assert await broker.depth(topo.staging) == 0
 
@@ -654,37 +650,36 @@ async def test_target_exchange_deleted_while_running_pauses_the_route(
 
 
 async def test_stop_does_not_wait_for_a_broker_that_never_answers(
-    broker: Broker, run_sidecar: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+    run_sidecar: Callable[..., Any],
 ) -> None:
     """SIGTERM while a route's opening handshake hangs (a broker alarm) still exits at once."""
-    from sidecar.amqp import Connection  # noqa: PLC0415
+    from tests.scripted_broker import ScriptedBroker, silent  # noqa: PLC0415
 
-    async def never(self: Connection, name: str) -> None:
-        await asyncio.Event().wait()
-
-    monkeypatch.setattr(Connection, "check_queue", never)
-    topo = await make_topology(broker)
-    async with run_sidecar(one_route(broker, topo), ready=False) as running:
-        await wait_for(lambda: running.service.readiness().detail == "route r1: starting")
-        started = asyncio.get_running_loop().time()
-        running.service.request_stop()
-        async with asyncio.timeout(5):
-            assert await asyncio.shield(running.task) == 0
-        assert asyncio.get_running_loop().time() - started < 5
+    async with ScriptedBroker(answers={"Queue.Declare": silent}) as server:
+        text = route_map_yaml(
+            server.url(), "quarantine", [{"name": "r1", "from": "staging", "exchange": "out"}]
+        )
+        async with run_sidecar(text, ready=False) as running:
+            await wait_for(lambda: running.service.readiness().detail == "route r1: starting")
+            await server.wait_for("Queue.Declare")
+            started = asyncio.get_running_loop().time()
+            running.service.request_stop()
+            async with asyncio.timeout(5):
+                assert await asyncio.shield(running.task) == 0
+            assert asyncio.get_running_loop().time() - started < 5
 
 
 async def test_at_the_smallest_frame_size_a_long_reject_still_reaches_quarantine(
-    broker: Broker, run_sidecar: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+    broker: Broker, run_sidecar: Callable[..., Any]
 ) -> None:
     """4 KiB frames: neither the original headers with the reason, nor the whole reason fit."""
-    import sidecar.amqp  # noqa: PLC0415
-
-    monkeypatch.setattr(sidecar.amqp, "_FRAME_MAX", 4096)  # the least a broker may offer
     topo = await make_topology(broker)
     # 85 names of 40 bytes: the table just fits a 4 KiB frame; the reason naming them all
     # and why the original headers were left out does not.
     names = {f"x-acemq-{'f' * 28}{i:04}": "v" for i in range(85)}
-    async with run_sidecar(one_route(broker, topo, publishers="apps")) as running:
+    small_frames = f"{broker.url}?frame_max=4096"  # the least a broker may offer
+    text = one_route(broker, topo, publishers="apps").replace(broker.url, small_frames)
+    async with run_sidecar(text) as running:
         await broker.publish(topo.staging, body=b"payload", headers=names, message_id="big-1")
         (message,) = await broker.take(topo.quarantine, 1)
         await wait_for(lambda: running.service.readiness().ok, what="still ready")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import struct
 from typing import Any
 
 import pytest
@@ -11,41 +10,13 @@ from pamqp import commands as spec
 from pamqp import frame as pamqp_frame
 from pamqp import header as pamqp_header
 
-from sidecar.amqp import Channel, ChannelLostError, Delivery, PublishOutcome, install_codec
-from sidecar.frames import HEADER, parse_confirm
+from sidecar.amqp import Channel, ChannelLostError, Delivery, PublishOutcome, codec, install_codec
+from sidecar.amqp.link import WRITE_BATCH_BYTES, Link
+from sidecar.frames import HEARTBEAT
+
+from .amqp_fakes import FakeLink, FakeTransport, control, opened, payload_of
 
 install_codec()
-
-
-class FakeLink:
-    """What a channel needs of its connection: a loop, a frame size and a write."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.get_running_loop()
-        self.frame_max = 131072
-        self.written: list[bytes] = []
-
-    def write(self, data: bytes) -> None:
-        """Keep what the channel sends."""
-        self.written.append(data)
-
-    def forget(self, number: int) -> None:
-        """A closed channel frees its number."""
-
-    def acks(self) -> list[tuple[int, bool]]:
-        """The basic.ack frames written so far: (delivery tag, multiple)."""
-        out = []
-        for data in self.written:
-            kind, _, size = HEADER.unpack_from(data, 0)
-            payload = data[7 : 7 + size]
-            if kind == 1 and struct.unpack_from(">HH", payload) == (60, 80):
-                out.append(parse_confirm(payload))
-        return out
-
-
-def payload_of(method: Any) -> bytes:
-    data = pamqp_frame.marshal(method, 1)
-    return data[7:-1]
 
 
 def deliver(channel: Channel, tag: int, body: bytes = b"x") -> None:
@@ -59,7 +30,7 @@ def deliver(channel: Channel, tag: int, body: bytes = b"x") -> None:
 
 
 async def consuming(link: FakeLink) -> tuple[Channel, list[Delivery]]:
-    channel = Channel(link, 1)  # type: ignore[arg-type]
+    channel = await opened(link)
     got: list[Delivery] = []
 
     async def collect(delivery: Delivery) -> None:
@@ -67,7 +38,7 @@ async def consuming(link: FakeLink) -> tuple[Channel, list[Delivery]]:
 
     consume = asyncio.create_task(channel.consume("staging", collect, consumer_tag="c"))
     await asyncio.sleep(0)
-    channel.on_control(spec.Basic.ConsumeOk(consumer_tag="c"))
+    control(channel, spec.Basic.ConsumeOk(consumer_tag="c"))
     await consume
     return channel, got
 
@@ -105,14 +76,14 @@ async def test_a_lone_ack_is_not_multiple_and_close_sends_pending_acks_first() -
     ack, close = (pamqp_frame.unmarshal(data)[2] for data in link.written[-2:])
     assert isinstance(ack, spec.Basic.Ack)
     assert isinstance(close, spec.Channel.Close)
-    channel.on_control(spec.Channel.CloseOk())
+    control(channel, spec.Channel.CloseOk())
     await closing
     assert not await channel.ack(7)  # a closed channel: the broker redelivers it
 
 
 async def test_confirms_settle_by_tag_multiple_included_and_returns_by_match() -> None:
     link = FakeLink()
-    channel = Channel(link, 1)  # type: ignore[arg-type]
+    channel = await opened(link)
     publishes = [
         asyncio.create_task(
             channel.publish(
@@ -146,9 +117,7 @@ async def test_confirms_settle_by_tag_multiple_included_and_returns_by_match() -
 
 async def test_a_frame_for_a_channel_closed_from_both_sides_is_ignored_not_fatal() -> None:
     """The broker's close-ok can follow its own close of the same channel: drop it."""
-    from sidecar.amqp import _Link  # noqa: PLC0415
-
-    link = _Link(asyncio.get_running_loop())
+    link = Link(asyncio.get_running_loop())
     late = pamqp_frame.marshal(spec.Channel.CloseOk(), 9)
     link.data_received(late)
     assert not link.closed.is_set(), link.close_reason
@@ -166,7 +135,7 @@ async def test_cancel_returns_after_the_last_delivery_before_cancel_ok_was_hande
     deliver(channel, 1)  # already on the wire when the broker took the cancel
     await asyncio.sleep(0)
     assert not cancelling.done()
-    channel.on_control(spec.Basic.CancelOk(consumer_tag="c"))
+    control(channel, spec.Basic.CancelOk(consumer_tag="c"))
     await cancelling
     assert [d.delivery_tag for d in got] == [1]
 
@@ -195,7 +164,7 @@ def broker_returns(channel: Channel, body: bytes, headers: dict[str, Any]) -> No
 
 async def test_a_return_is_matched_by_its_bytes_not_only_by_its_id_and_body() -> None:
     """Same body, no message id, different headers (a headers exchange): the right one."""
-    channel = Channel(FakeLink(), 1)  # type: ignore[arg-type]
+    channel = await opened(FakeLink())
     routed = publishing(channel, b"same", {"region": "eu"})
     unroutable = publishing(channel, b"same", {"region": "mars"})
     await asyncio.sleep(0)
@@ -208,13 +177,13 @@ async def test_a_return_is_matched_by_its_bytes_not_only_by_its_id_and_body() ->
 
 async def test_a_return_that_matches_no_publish_closes_the_channel_rather_than_guess() -> None:
     link = FakeLink()
-    channel = Channel(link, 1)  # type: ignore[arg-type]
+    channel = await opened(link)
     inflight = publishing(channel, b"mine", {})
     await asyncio.sleep(0)
     broker_returns(channel, b"someone else's", {})
     await asyncio.sleep(0)
     assert isinstance(pamqp_frame.unmarshal(link.written[-1])[2], spec.Channel.Close)
-    channel.on_control(spec.Channel.CloseOk())
+    control(channel, spec.Channel.CloseOk())
     with pytest.raises(ChannelLostError):
         await inflight
 
@@ -222,7 +191,7 @@ async def test_a_return_that_matches_no_publish_closes_the_channel_rather_than_g
 async def test_two_closes_send_one_close_and_both_end_together() -> None:
     """A second Channel.Close on a number the broker already freed would kill the connection."""
     link = FakeLink()
-    channel = Channel(link, 1)  # type: ignore[arg-type]
+    channel = await opened(link)
     first = asyncio.create_task(channel.close())
     second = asyncio.create_task(channel.close())
     await asyncio.sleep(0)
@@ -230,62 +199,35 @@ async def test_two_closes_send_one_close_and_both_end_together() -> None:
         d for d in link.written if isinstance(pamqp_frame.unmarshal(d)[2], spec.Channel.Close)
     ]
     assert len(closes) == 1
-    channel.on_control(spec.Channel.CloseOk())
+    control(channel, spec.Channel.CloseOk())
     async with asyncio.timeout(1):
         await asyncio.gather(first, second)
     with pytest.raises(ChannelLostError):
-        await channel.rpc(spec.Basic.Qos(prefetch_count=1))  # nothing more is sent on it
+        await channel.rpc(codec.basic_qos(1))  # nothing more is sent on it
 
 
 async def test_a_late_reply_to_an_abandoned_rpc_does_not_answer_the_next_one() -> None:
-    channel = Channel(FakeLink(), 1)  # type: ignore[arg-type]
+    channel = await opened(FakeLink())
     with pytest.raises(TimeoutError):
-        await channel.rpc(spec.Basic.Cancel(consumer_tag="c"), timeout_s=0.01)
-    qos = asyncio.create_task(channel.rpc(spec.Basic.Qos(prefetch_count=1)))
+        await channel.rpc(codec.basic_cancel("c"), timeout_s=0.01)
+    qos = asyncio.create_task(channel.rpc(codec.basic_qos(1)))
     await asyncio.sleep(0)
-    channel.on_control(spec.Basic.CancelOk(consumer_tag="c"))  # the late one
+    control(channel, spec.Basic.CancelOk(consumer_tag="c"))  # the late one
     await asyncio.sleep(0)
     assert not qos.done()
-    channel.on_control(spec.Basic.QosOk())
-    assert isinstance(await qos, spec.Basic.QosOk)
+    control(channel, spec.Basic.QosOk())
+    assert await qos == codec.Reply("Basic.QosOk")
 
 
 async def test_a_server_that_answers_with_its_own_protocol_header_is_a_clear_error() -> None:
-    from sidecar.amqp import _Link  # noqa: PLC0415
-
-    link = _Link(asyncio.get_running_loop())
+    link = Link(asyncio.get_running_loop())
     link.data_received(b"AMQP\x00\x00\x09\x00")
     assert link.closed.is_set()
     assert "refused AMQP 0-9-1" in str(link.close_reason)
 
 
-class FakeTransport:
-    """Enough of an asyncio transport for the link: it records writes and aborts."""
-
-    def __init__(self) -> None:
-        self.written = bytearray()
-        self.chunks: list[bytes] = []  # one per write call
-        self.aborted = False
-
-    def write(self, data: bytes) -> None:
-        """Keep what the link sends."""
-        self.written += data
-        self.chunks.append(data)
-
-    def is_closing(self) -> bool:
-        """Closing once aborted."""
-        return self.aborted
-
-    def abort(self) -> None:
-        """Drop the connection."""
-        self.aborted = True
-
-
 async def test_an_idle_link_sends_heartbeats_and_a_silent_broker_is_dropped() -> None:
-    from sidecar.amqp import _Link  # noqa: PLC0415
-    from sidecar.frames import HEARTBEAT  # noqa: PLC0415
-
-    link = _Link(asyncio.get_running_loop())
+    link = Link(asyncio.get_running_loop())
     transport = FakeTransport()
     link.connection_made(transport)  # type: ignore[arg-type]
     link.start_heartbeat(1)
@@ -303,9 +245,7 @@ async def test_an_idle_link_sends_heartbeats_and_a_silent_broker_is_dropped() ->
 
 async def test_writes_leave_once_per_turn_and_in_batches_when_a_turn_queues_more() -> None:
     """A few frames go out in one write at the end of the turn; a big turn sends as it goes."""
-    from sidecar.amqp import _WRITE_BATCH_BYTES, _Link  # noqa: PLC0415
-
-    link = _Link(asyncio.get_running_loop())
+    link = Link(asyncio.get_running_loop())
     transport = FakeTransport()
     link.connection_made(transport)  # type: ignore[arg-type]
     transport.chunks.clear()  # the protocol header
@@ -315,7 +255,7 @@ async def test_writes_leave_once_per_turn_and_in_batches_when_a_turn_queues_more
     await asyncio.sleep(0)
     assert transport.chunks == [b"ack-1ack-2"]
 
-    part = _WRITE_BATCH_BYTES * 5 // 8  # two parts pass the batch size, one does not
+    part = WRITE_BATCH_BYTES * 5 // 8  # two parts pass the batch size, one does not
     parts = [bytes([n]) * part for n in range(5)]
     for data in parts:
         link.write(data)

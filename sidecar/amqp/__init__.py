@@ -1,0 +1,65 @@
+"""The sidecar's AMQP 0-9-1 client: the face every other module imports.
+
+A lean client on an asyncio protocol, built for one job: consume, publish with confirms,
+ack. The frames every message crosses are read and written by our own codec
+(:mod:`sidecar.frames`); the rare ones go through pamqp behind one hook
+(:mod:`sidecar.amqp.codec`, and :mod:`sidecar.amqp.handshake` for channel 0). The relay
+talks to it through the Protocols of :mod:`sidecar.amqp.protocols`. Import from here,
+never from a submodule: import-linter holds everyone else to this face.
+
+The modules, each one job: ``link`` (the socket: frames in, batched writes out,
+heartbeats), ``handshake`` (channel 0), ``connection`` (connect, channels, checks),
+``lifecycle`` (a channel's state machine), ``channel`` (consume, publish, ack on it),
+``acks`` and ``confirms`` (its settlement bookkeeping), ``content`` (messages put together
+from their frames, as :mod:`sidecar.delivery`'s values), ``codec`` (pamqp),
+``protocols`` (what the relay needs).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sidecar.amqp.channel import Channel
+from sidecar.amqp.codec import install_codec
+from sidecar.amqp.connection import Connection, connect
+from sidecar.amqp.lifecycle import ChannelState
+from sidecar.amqp.protocols import Consumer, Publisher, RelayChannel, RelayConnection
+from sidecar.delivery import Delivery, PublishOutcome
+from sidecar.errors import (
+    BrokerConnectionError,
+    ChannelClosedError,
+    ChannelLostError,
+    ConnectFailedError,
+    MissingEntityError,
+    SidecarChannelError,
+)
+from sidecar.frames import UndecodableTable
+
+__all__ = [
+    "BrokerConnectionError",
+    "Channel",
+    "ChannelClosedError",
+    "ChannelLostError",
+    "ChannelState",
+    "ConnectFailedError",
+    "Connection",
+    "Consumer",
+    "Delivery",
+    "MissingEntityError",
+    "PublishOutcome",
+    "Publisher",
+    "RelayChannel",
+    "RelayConnection",
+    "SidecarChannelError",
+    "UndecodableTable",
+    "connect",
+    "install_codec",
+]
+
+if TYPE_CHECKING:
+
+    def _the_client_is_what_the_relay_needs(
+        channel: Channel, connection: Connection
+    ) -> tuple[RelayChannel, Publisher, Consumer, RelayConnection]:
+        """Never called: mypy checks here that the client satisfies the Protocols."""
+        return channel, channel, channel, connection

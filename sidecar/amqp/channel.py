@@ -1,0 +1,215 @@
+"""One AMQP channel in confirm mode: consume, publish mandatory, ack.
+
+On top of a channel's life (:mod:`sidecar.amqp.lifecycle`): only an open channel
+publishes and acks; a closing one still hands over the deliveries already on the wire
+(their acks are refused, and the broker redelivers them). Acks made in one turn leave
+together (:mod:`sidecar.amqp.acks`); publishes are settled by the broker's confirms and
+returns (:mod:`sidecar.amqp.confirms`). The hot frames come from
+:mod:`sidecar.frames`, the write from the link.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import TYPE_CHECKING, Any
+
+from sidecar.amqp import codec
+from sidecar.amqp.acks import Acks
+from sidecar.amqp.confirms import NOT_FOUND, Confirms
+from sidecar.amqp.content import Content, ContentReader, delivery_of
+from sidecar.amqp.lifecycle import CLOSE_TIMEOUT_S, ChannelLife, ChannelState
+from sidecar.delivery import PublishOutcome
+from sidecar.errors import ChannelClosedError, ChannelLostError, MissingEntityError
+from sidecar.frames import (
+    BASIC_ACK,
+    BASIC_CANCEL,
+    BASIC_DELIVER,
+    BASIC_NACK,
+    BASIC_RETURN,
+    BasicReturn,
+    parse_confirm,
+    parse_deliver,
+    parse_return,
+    publish_frames,
+)
+from sidecar.frames import content_header as encode_content_header
+
+if TYPE_CHECKING:
+    import asyncio
+    from collections.abc import Callable, Coroutine, Mapping
+
+    from sidecar.amqp.lifecycle import ChannelLink
+    from sidecar.contract import PropertyValue
+    from sidecar.delivery import Delivery
+    from sidecar.frames import UndecodableTable
+    from sidecar.wire import FieldValue
+
+__all__ = ["Channel"]
+
+log = logging.getLogger(__name__)
+
+
+class Channel(ChannelLife):
+    """One AMQP channel in confirm mode: consume, publish mandatory, ack."""
+
+    def __init__(self, link: ChannelLink, number: int) -> None:
+        super().__init__(link, number)
+        self._acks = Acks(number, loop=link.loop, write=link.write)
+        self._confirms = Confirms(link.loop)
+        self._content = ContentReader(number)
+        self._callback: Callable[[Delivery], Coroutine[Any, Any, None]] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def consume(
+        self,
+        queue: str,
+        callback: Callable[[Delivery], Coroutine[Any, Any, None]],
+        *,
+        consumer_tag: str,
+    ) -> None:
+        """Start consuming ``queue``; ``callback`` runs as its own task per delivery."""
+        self._callback = callback
+        try:
+            await self.rpc(codec.basic_consume(queue, consumer_tag=consumer_tag))
+        except ChannelClosedError as e:
+            if e.code == NOT_FOUND:
+                raise MissingEntityError(kind="queue", name=queue) from e
+            raise
+
+    async def cancel(self, consumer_tag: str) -> None:
+        """Stop deliveries to a consumer; return once no more can arrive (or after a bound).
+
+        The broker's cancel-ok comes after the consumer's last delivery, and every delivery
+        before it has been handed to its callback by then: whoever waits for in-flight work
+        to settle after this sees all of it. The callback stays: deliveries already on the
+        wire are settled, not dropped and redelivered.
+        """
+        with contextlib.suppress(TimeoutError, ChannelLostError):
+            await self.rpc(codec.basic_cancel(consumer_tag), timeout_s=CLOSE_TIMEOUT_S)
+
+    async def publish(
+        self,
+        body: bytes,
+        *,
+        exchange: str,
+        routing_key: str,
+        properties: Mapping[str, PropertyValue],
+        headers: Mapping[str, FieldValue] | UndecodableTable | None,
+        slow_after_s: float,
+        on_slow: Callable[[], None],
+        content_header: bytes | None = None,
+    ) -> PublishOutcome:
+        """Publish mandatory and wait for the broker's confirm; never a fire-and-forget.
+
+        ``content_header`` (a delivery's, for the same body) is sent instead of encoding
+        ``properties`` and ``headers``, which must then be what it holds.
+
+        There is no give-up timeout: a publish already sent may still be confirmed, so
+        sending it again would duplicate it. After ``slow_after_s`` ``on_slow`` is called
+        once, and the wait goes on until the confirm, a nack, a return or the channel's end.
+        Raises :class:`WireError` before sending anything when the wire cannot carry it.
+        """
+        if content_header is None:
+            content_header = encode_content_header(
+                properties, headers, body_size=len(body), frame_max=self._link.frame_max
+            )
+        data = publish_frames(
+            self.number,
+            exchange=exchange,
+            routing_key=routing_key,
+            body=body,
+            content_header=content_header,
+            frame_max=self._link.frame_max,
+        )
+        if not self.is_open:
+            raise self._refusal()
+        future = self._confirms.track(
+            exchange=exchange, routing_key=routing_key, header=content_header, body=body
+        )
+        self._link.write(data)
+        slow = self._loop.call_later(slow_after_s, on_slow)
+        try:
+            return await future
+        finally:
+            slow.cancel()
+
+    async def ack(self, delivery_tag: int) -> bool:
+        """Ack one delivery; False when the channel is not open (the broker will redeliver).
+
+        Acks made in one turn of the event loop leave together at its end: the leading run
+        of acked deliveries as one ``multiple`` ack, any acked behind an unacked one singly.
+        """
+        if not self.is_open:  # a closing channel: the broker would discard the ack
+            return False
+        self._acks.ack(delivery_tag)
+        return True
+
+    def _before_close(self) -> None:
+        self._acks.flush()  # the acks already made leave before the close
+
+    # --- frames from the broker ---
+
+    def on_method(self, method_id: int, payload: bytes) -> bool:
+        """Handle a hot-path method frame for this channel; False for any other method."""
+        if method_id == BASIC_DELIVER:
+            self._content.begin(parse_deliver(payload))
+        elif method_id == BASIC_ACK:
+            tag, multiple = parse_confirm(payload)
+            self._confirms.settle(tag, multiple=multiple, outcome=PublishOutcome.CONFIRMED)
+        elif method_id == BASIC_NACK:
+            tag, multiple = parse_confirm(payload)
+            self._confirms.settle(tag, multiple=multiple, outcome=PublishOutcome.NACKED)
+        elif method_id == BASIC_RETURN:
+            self._content.begin(parse_return(payload))
+        elif method_id == BASIC_CANCEL:
+            # The queue was deleted: the channel stays open (in-flight deliveries can still
+            # be settled) but nothing more will arrive, so the route must treat it as lost.
+            self._finish("the broker cancelled the consumer (was the queue deleted?)")
+        else:
+            return False
+        return True
+
+    def on_header(self, payload: bytes) -> None:
+        """Handle a content header frame: the properties of the pending delivery or return."""
+        if (content := self._content.on_header(payload)) is not None:
+            self._complete(content)
+
+    def on_body(self, payload: bytes) -> None:
+        """Handle a content body frame."""
+        if (content := self._content.on_body(payload)) is not None:
+            self._complete(content)
+
+    def _complete(self, content: Content) -> None:
+        method = content.method
+        if isinstance(method, BasicReturn):
+            self._on_return(content, method)
+        elif self._callback is not None and self._state is not ChannelState.CLOSED:
+            self._acks.expect(method.delivery_tag)
+            delivery = delivery_of(method, content.header, content.body)
+            self._spawn(self._callback(delivery))
+
+    def _on_return(self, content: Content, method: BasicReturn) -> None:
+        """Mark the publish a return is for, which is still unconfirmed (its confirm follows).
+
+        One that matches nothing cannot be told from the publishes still in flight: the
+        channel is closed, so none of them is acked and the broker redelivers them all
+        (duplicates, never a loss).
+        """
+        if self._confirms.mark_returned(method, content.header, content.body):
+            return
+        log.warning(
+            "channel %d: a returned message matches no publish in flight; closing the channel"
+            " so that every unconfirmed one is redelivered",
+            self.number,
+        )
+        self._spawn(self.close())
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = self._loop.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _lost(self, error: ChannelLostError) -> None:
+        self._confirms.fail(error)
+        self._acks.stop()

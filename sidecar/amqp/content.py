@@ -1,0 +1,89 @@
+"""How a message is put together from its method, content header and body frames.
+
+The values it makes are :mod:`sidecar.delivery`'s (pure, so the relay's decisions and
+their tests need no client). No I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from sidecar.delivery import Delivery
+from sidecar.errors import WireError
+from sidecar.frames import (
+    BasicDeliver,
+    BasicReturn,
+    ContentHeader,
+    UndecodableTable,
+    parse_content_header,
+)
+
+__all__ = ["Content", "ContentReader", "delivery_of"]
+
+
+def delivery_of(method: BasicDeliver, header: ContentHeader, body: bytes) -> Delivery:
+    """Return the delivery a ``basic.deliver`` and its content made."""
+    raw = header.headers
+    return Delivery(
+        delivery_tag=method.delivery_tag,
+        exchange=method.exchange,
+        routing_key=method.routing_key,
+        redelivered=method.redelivered,
+        properties=MappingProxyType(header.properties),
+        headers=MappingProxyType(raw if isinstance(raw, dict) else {}),
+        body=body,
+        undecodable=raw if isinstance(raw, UndecodableTable) else None,
+        content_header=header.payload,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Content:
+    """A whole message off the wire: the method it came with, its header and its body."""
+
+    method: BasicDeliver | BasicReturn
+    header: ContentHeader
+    body: bytes
+
+
+class ContentReader:
+    """Puts a delivery or a return together from its method, header and body frames."""
+
+    def __init__(self, number: int) -> None:
+        self._number = number
+        self._method: BasicDeliver | BasicReturn | None = None
+        self._header: ContentHeader | None = None
+        self._parts: list[bytes] = []
+        self._received = 0
+
+    def begin(self, method: BasicDeliver | BasicReturn) -> None:
+        """Start a message: its header and body frames come next."""
+        self._method, self._header = method, None
+        self._parts, self._received = [], 0
+
+    def on_header(self, payload: bytes) -> Content | None:
+        """Take the content header; return the message when it has no body."""
+        if self._method is None or self._header is not None:
+            raise WireError(f"channel {self._number}: content header without a method")
+        self._header = header = parse_content_header(payload)
+        return self._finish(b"") if header.body_size == 0 else None
+
+    def on_body(self, payload: bytes) -> Content | None:
+        """Take a body frame; return the message once its body is whole."""
+        header = self._header
+        if self._method is None or header is None:
+            raise WireError(f"channel {self._number}: content body without a header")
+        self._parts.append(payload)
+        self._received += len(payload)
+        if self._received < header.body_size:
+            return None
+        parts = self._parts
+        return self._finish(parts[0] if len(parts) == 1 else b"".join(parts))
+
+    def _finish(self, body: bytes) -> Content:
+        method, header = self._method, self._header
+        self._method, self._header, self._parts = None, None, []
+        assert method is not None  # noqa: S101 - checked by the callers
+        assert header is not None  # noqa: S101
+        return Content(method, header, body)

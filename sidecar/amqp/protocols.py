@@ -1,0 +1,117 @@
+"""What the relay needs of the client, as Protocols: so a fake can stand in for the broker.
+
+Exactly what :mod:`sidecar.relay` uses of a channel and a connection, nothing more. The
+client's :class:`~sidecar.amqp.channel.Channel` and
+:class:`~sidecar.amqp.connection.Connection` satisfy them (checked by mypy in
+:mod:`sidecar.amqp` and at run time by the unit tests).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Coroutine, Mapping
+
+    from sidecar.contract import PropertyValue
+    from sidecar.delivery import Delivery, PublishOutcome
+    from sidecar.frames import UndecodableTable
+    from sidecar.wire import FieldValue
+
+__all__ = ["Consumer", "Publisher", "RelayChannel", "RelayConnection"]
+
+
+@runtime_checkable
+class Publisher(Protocol):
+    """Publishes mandatory with confirms on one channel."""
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the channel can still ack and publish."""
+        ...
+
+    async def publish(
+        self,
+        body: bytes,
+        *,
+        exchange: str,
+        routing_key: str,
+        properties: Mapping[str, PropertyValue],
+        headers: Mapping[str, FieldValue] | UndecodableTable | None,
+        slow_after_s: float,
+        on_slow: Callable[[], None],
+        content_header: bytes | None = None,
+    ) -> PublishOutcome:
+        """Publish and wait for the broker's settlement; ``on_slow`` once if it is slow."""
+        ...
+
+    async def close(self) -> None:
+        """Close the channel; what is unacked goes back to its queue."""
+        ...
+
+
+@runtime_checkable
+class Consumer(Protocol):
+    """Consumes one queue on one channel and acks what was settled."""
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the channel can still ack and publish."""
+        ...
+
+    async def consume(
+        self,
+        queue: str,
+        callback: Callable[[Delivery], Coroutine[Any, Any, None]],
+        *,
+        consumer_tag: str,
+    ) -> None:
+        """Start consuming; ``callback`` runs as its own task per delivery."""
+        ...
+
+    async def cancel(self, consumer_tag: str) -> None:
+        """Stop deliveries; return once no more can arrive (or after a bound)."""
+        ...
+
+    async def ack(self, delivery_tag: int) -> bool:
+        """Ack one delivery; False when the channel is gone (the broker redelivers it)."""
+        ...
+
+    async def wait_closed(self) -> str:
+        """Return why, once the channel closes or the broker cancels the consumer."""
+        ...
+
+    async def close(self) -> None:
+        """Close the channel; what is unacked goes back to its queue."""
+        ...
+
+
+@runtime_checkable
+class RelayChannel(Publisher, Consumer, Protocol):
+    """One route's channel: it consumes staging and publishes the copies."""
+
+
+@runtime_checkable
+class RelayConnection(Protocol):
+    """What the relay needs of a connection: its life, passive checks, a route's channel."""
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the connection is still usable."""
+        ...
+
+    async def wait_closed(self) -> BaseException | None:
+        """Return when the connection closes, with the reason when there is one."""
+        ...
+
+    async def check_queue(self, name: str) -> None:
+        """Raise MissingEntityError unless the queue exists."""
+        ...
+
+    async def check_exchange(self, name: str) -> None:
+        """Raise MissingEntityError unless the exchange exists."""
+        ...
+
+    async def channel(self, *, prefetch: int) -> RelayChannel:
+        """Open a confirm-mode channel with this prefetch."""
+        ...

@@ -1,0 +1,97 @@
+"""Fakes for the client's unit tests: a link that records writes, a transport, frame helpers."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from typing import Any
+
+from pamqp import body as pamqp_body
+from pamqp import commands as spec
+from pamqp import frame as pamqp_frame
+from pamqp import header as pamqp_header
+
+from sidecar.amqp import Channel
+from sidecar.frames import HEADER, parse_confirm
+
+
+class FakeLink:
+    """What a channel needs of its connection: a loop, a frame size and a write."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.frame_max = 131072
+        self.written: list[bytes] = []
+        self.forgotten: list[int] = []
+
+    def write(self, data: bytes) -> None:
+        """Keep what the channel sends."""
+        self.written.append(data)
+
+    def forget(self, number: int) -> None:
+        """A closed channel frees its number."""
+        self.forgotten.append(number)
+
+    def methods(self) -> list[Any]:
+        """The method frames written so far, decoded by pamqp (hot ones included)."""
+        out = []
+        for data in self.written:
+            at = 0
+            while at < len(data):
+                size, _, frame = pamqp_frame.unmarshal(data[at:])
+                at += size
+                if not isinstance(frame, pamqp_header.ContentHeader | pamqp_body.ContentBody):
+                    out.append(frame)
+        return out
+
+    def acks(self) -> list[tuple[int, bool]]:
+        """The basic.ack frames written so far: (delivery tag, multiple)."""
+        out = []
+        for data in self.written:
+            kind, _, size = HEADER.unpack_from(data, 0)
+            payload = data[7 : 7 + size]
+            if kind == 1 and struct.unpack_from(">HH", payload) == (60, 80):
+                out.append(parse_confirm(payload))
+        return out
+
+
+def payload_of(method: Any) -> bytes:
+    data = pamqp_frame.marshal(method, 1)
+    return data[7:-1]
+
+
+def control(channel: Channel, method: Any) -> None:
+    """Hand the channel a control method frame, encoded by pamqp, as the link would."""
+    channel.on_control(pamqp_frame.marshal(method, channel.number))
+
+
+async def opened(link: FakeLink, number: int = 1) -> Channel:
+    """A channel the broker has opened."""
+    channel = Channel(link, number)
+    opening = asyncio.create_task(channel.open())
+    await asyncio.sleep(0)
+    control(channel, spec.Channel.OpenOk())
+    await opening
+    return channel
+
+
+class FakeTransport:
+    """Enough of an asyncio transport for the link: it records writes and aborts."""
+
+    def __init__(self) -> None:
+        self.written = bytearray()
+        self.chunks: list[bytes] = []  # one per write call
+        self.aborted = False
+
+    def write(self, data: bytes) -> None:
+        """Keep what the link sends."""
+        self.written += data
+        self.chunks.append(data)
+
+    def is_closing(self) -> bool:
+        """Closing once aborted."""
+        return self.aborted
+
+    def abort(self) -> None:
+        """Drop the connection."""
+        self.aborted = True
