@@ -11,7 +11,6 @@ leaves it unacked, and the broker redelivers it. The decisions are ``sidecar.set
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 from typing import TYPE_CHECKING, assert_never
@@ -166,8 +165,11 @@ class RouteWorker:
             await channel.close()
             return None
         opening.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await opening
+        await asyncio.wait((opening,))
+        if not opening.cancelled() and opening.exception() is None:
+            # Opened although cancelled (a cancellation lost in the library, or the open
+            # finishing as it came): it must not go on consuming with a replaced config.
+            await opening.result().close()
         return None
 
     async def _open(self, connection: Connection) -> Channel:

@@ -54,12 +54,15 @@ class Connection:
         return self._link.close_reason
 
     async def channel(self, *, prefetch: int) -> Channel:
-        """Open a confirm-mode channel with the given prefetch (the in-flight bound)."""
+        """Open a confirm-mode channel with the given prefetch (the in-flight bound).
+
+        Cancelled or failed half-way, it closes what it opened: no channel is left behind.
+        """
         channel = await self._open()
         try:
             await channel.rpc(codec.confirm_select())
             await channel.rpc(codec.basic_qos(prefetch))
-        except ChannelLostError:
+        except BaseException:
             await channel.close()
             raise
         return channel
@@ -77,7 +80,11 @@ class Connection:
         self._next_channel = number
         channel = Channel(self._link, number)
         taken[number] = channel
-        await channel.open()
+        try:
+            await channel.open()
+        except BaseException:
+            await channel.close()
+            raise
         return channel
 
     async def check_queue(self, name: str) -> None:
@@ -107,8 +114,9 @@ class Connection:
         link = self._link
         if not link.closed.is_set():
             link.write(connection_close())
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(self._control.close_ok), CLOSE_TIMEOUT_S)
+            with contextlib.suppress(TimeoutError):  # not wait_for: it can swallow a cancel
+                async with asyncio.timeout(CLOSE_TIMEOUT_S):
+                    await asyncio.shield(self._control.close_ok)
         link.abort(BrokerConnectionError("closed by the sidecar"))
 
 

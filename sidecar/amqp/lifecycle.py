@@ -132,8 +132,12 @@ class ChannelLife:
             self._move(ChannelState.CLOSING)
             self._closing = done = self._loop.create_future()
             self._link.write(codec.channel_close(self.number))
+        # asyncio.timeout, not wait_for: CPython 3.11's wait_for swallows a cancellation
+        # that arrives as the close-ok does, and a cancelled opener would then go on to
+        # consume with a configuration a reload has replaced.
         with contextlib.suppress(TimeoutError, ChannelLostError):
-            await asyncio.wait_for(asyncio.shield(done), CLOSE_TIMEOUT_S)
+            async with asyncio.timeout(CLOSE_TIMEOUT_S):
+                await asyncio.shield(done)
         self.lose(ChannelLostError("channel closed by the sidecar"))
 
     def _before_close(self) -> None:
