@@ -11,6 +11,10 @@ class WireError(SidecarError, ValueError):
     """A field table could not be decoded or encoded; the message says which value and why."""
 
 
+class VectorError(SidecarError, ValueError):
+    """A conformance vector or message in the JSON notation is malformed; says where."""
+
+
 class ConfigError(SidecarError):
     """The route map is invalid: names the file, line and key, and says what is allowed."""
 

@@ -13,6 +13,7 @@ from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
 
 from sidecar.contract import Kind, Policy, Publishers, Reject, Relay, normalise
+from sidecar.errors import VectorError
 from sidecar.wire import (
     INT_BOUNDS,
     ByteArray,
@@ -58,10 +59,6 @@ _TAG_OF_INT: dict[type, str] = {cls: tag for tag, cls in _INT_TAGS.items()}
 _FLOAT32 = struct.Struct(">f")
 
 
-class VectorError(ValueError):
-    """A vector or message in the JSON notation is malformed; the message says where."""
-
-
 def _float32(x: float) -> Float32:
     return Float32(_FLOAT32.unpack(_FLOAT32.pack(x))[0])
 
@@ -85,11 +82,9 @@ def from_json(value: Any, path: str = "headers") -> FieldValue:  # noqa: ANN401 
 
 
 def _from_tagged(tag: str, inner: Any, path: str) -> FieldValue:  # noqa: ANN401
+    if tag in _INT_TAGS:
+        return _tagged_int(tag, inner, path)
     try:
-        if tag in _INT_TAGS:
-            if not isinstance(inner, int) or isinstance(inner, bool):
-                raise VectorError(f"{path}: {tag} needs an integer")
-            return _INT_TAGS[tag](inner)
         match tag:
             case "$bytes":
                 return bytes.fromhex(inner)
@@ -104,6 +99,16 @@ def _from_tagged(tag: str, inner: Any, path: str) -> FieldValue:  # noqa: ANN401
     except (ValueError, TypeError, InvalidOperation, OverflowError) as e:
         raise VectorError(f"{path}: bad {tag} value {inner!r}: {e}") from e
     raise VectorError(f"{path}: unknown tag {tag}")
+
+
+def _tagged_int(tag: str, inner: Any, path: str) -> FieldValue:  # noqa: ANN401
+    if not isinstance(inner, int) or isinstance(inner, bool):
+        raise VectorError(f"{path}: {tag} needs an integer")
+    kind = _INT_TAGS[tag]
+    low, high = INT_BOUNDS[kind]
+    if not low <= inner <= high:
+        raise VectorError(f"{path}: bad {tag} value {inner!r}: outside {low}..{high}")
+    return kind(inner)
 
 
 def to_json(value: FieldValue) -> Any:  # noqa: ANN401, PLR0911 - JSON is untyped; a case per tag
@@ -155,6 +160,8 @@ def message_from_json(
 ) -> tuple[str, dict[str, Any], dict[str, FieldValue], Policy, int]:
     """Read routing key, properties, headers, policy and now_ms of a vector-format message."""
     policy_json = message.get("policy") or {}
+    if not isinstance(policy_json, dict):
+        raise VectorError(f"policy: expected an object, got {type(policy_json).__name__}")
     try:
         policy = Policy(
             publishers=Publishers(policy_json.get("publishers", "acemq")),
@@ -194,7 +201,10 @@ def run_vector(vector: Mapping[str, Any], *, new_id: Callable[[], str]) -> str |
     for pair in got["violations"]:
         Kind(pair[0])  # the kind must be in the closed set
     if expect["verdict"] == "reject":
-        return _diff_reason(expect.get("reason_contains", []), got["reason_contains"][0])
+        parts = expect.get("reason_contains", [])
+        if not isinstance(parts, list) or not all(isinstance(part, str) for part in parts):
+            raise VectorError("expect.reason_contains: expected a list of strings")
+        return _diff_reason(parts, got["reason_contains"][0])
     bindings: dict[str, str] = {}
     return _diff(expect["properties"], got["properties"], "properties", bindings) or _diff(
         expect["headers"], got["headers"], "headers", bindings
@@ -254,7 +264,10 @@ def _same_scalar(expected: Any, actual: Any) -> bool:  # noqa: ANN401
 
 
 def _same_float32(a: float, b: float) -> bool:
-    fa, fb = _float32(a), _float32(b)
+    try:
+        fa, fb = _float32(a), _float32(b)
+    except (OverflowError, TypeError, struct.error):  # not a float32 at all: a difference
+        return False
     return (math.isnan(fa) and math.isnan(fb)) or fa == fb
 
 

@@ -624,16 +624,9 @@ def test_a_placeholder_is_not_matched_by_a_typed_value() -> None:
     )
 
 
-# --- defects found while writing these tests ------------------------------------------
+# --- defects these tests found, fixed ----------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=pytest.fail.Exception,
-    reason="vectors.from_json does not check a tagged integer against wire.INT_BOUNDS: "
-    '{"$int8": 300} reads as Int8(300), which encode_table refuses, and round-trips through '
-    "to_json, so a vector with an impossible value passes conform",
-)
 @pytest.mark.parametrize(
     "typed", [{"$int8": 300}, {"$uint8": -1}, {"$int32": 2**31}, {"$uint64": 2**64}]
 )
@@ -643,13 +636,6 @@ def test_a_tagged_integer_outside_its_width_is_a_vector_error(typed: dict[str, i
         from_json({"app": typed})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="_from_tagged raises its 'needs an integer' VectorError inside the try whose "
-    "except ValueError re-wraps it, so the path and tag are said twice: 'headers.app: bad "
-    "$int16 value '1': headers.app: $int16 needs an integer'",
-)
 def test_a_non_integer_for_an_integer_tag_names_the_path_once() -> None:
     """The message a conformance author reads says where and what, once."""
     with pytest.raises(VectorError) as caught:
@@ -657,13 +643,6 @@ def test_a_non_integer_for_an_integer_tag_names_the_path_once() -> None:
     assert str(caught.value) == "headers.app: $int16 needs an integer"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AttributeError,
-    reason="message_from_json calls policy_json.get on whatever policy is, so a policy that "
-    "is not an object raises AttributeError, which acemq-sidecar conform does not catch: "
-    "the run ends in a traceback instead of a FAIL line",
-)
 @pytest.mark.parametrize("policy", ["acemq", ["acemq"], 1])
 def test_a_policy_that_is_not_an_object_is_a_vector_error(policy: Any) -> None:
     """policy must be an object; anything else is a malformed vector, named as such."""
@@ -671,13 +650,6 @@ def test_a_policy_that_is_not_an_object_is_a_vector_error(policy: Any) -> None:
         message_from_json({"policy": policy, "now_ms": 1})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=OverflowError,
-    reason="_diff rounds the expected {'$float': x} with struct.pack('>f'), which raises "
-    "OverflowError for |x| beyond float32's range; run_vector lets it out and "
-    "acemq-sidecar conform does not catch it, so the run ends in a traceback",
-)
 def test_an_expected_float32_out_of_range_is_reported_not_raised(
     new_id: Callable[[], str],
 ) -> None:
@@ -688,13 +660,6 @@ def test_an_expected_float32_out_of_range_is_reported_not_raised(
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="run_vector iterates reason_contains without checking it is a list, so a string "
-    "is read as a list of its characters: 'hxeader' passes because h, x, e, a, d, e, r "
-    "occur in that order somewhere in the reason",
-)
 def test_reason_contains_given_as_a_string_is_not_read_letter_by_letter(
     new_id: Callable[[], str],
 ) -> None:
