@@ -232,7 +232,8 @@ class HttpServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
         self._running = threading.Event()
-        self._refused_log = _Throttle(LOG_INTERVAL_S)
+        self._full_log = _Throttle(LOG_INTERVAL_S)
+        self._evicted = self._refused = 0  # since the last "limit reached" line
         self._paused_log = _Throttle(LOG_INTERVAL_S)
 
     @property
@@ -328,10 +329,12 @@ class HttpServer:
                     )
                 await asyncio.sleep(self._limits.accept_retry_s)
                 continue
-            if len(self._connections) >= self._max_connections and not await self._evict():
-                _close(sock)
-                self._note_refused(loop.time())
-                continue
+            if len(self._connections) >= self._max_connections:
+                evicted = await self._evict()
+                self._note_full(loop.time(), evicted=evicted)
+                if not evicted:
+                    _close(sock)
+                    continue
             connection = _Connection(sock)
             task = tasks.create_task(self._handle(connection), name=f"{self._name}-connection")
             connection.task = task
@@ -349,15 +352,21 @@ class HttpServer:
         await asyncio.wait({victim.task})
         return True
 
-    def _note_refused(self, now: float) -> None:
-        held = self._refused_log.admit(now)
-        if held is not None:
-            logger.warning(
-                "HTTP connection limit (%d) reached, every connection answering: closed a new"
-                " one (%d more since)",
-                self._max_connections,
-                held,
-            )
+    def _note_full(self, now: float, *, evicted: bool) -> None:
+        if evicted:
+            self._evicted += 1
+        else:
+            self._refused += 1
+        if self._full_log.admit(now) is None:
+            return
+        logger.warning(
+            "HTTP connection limit (%d) reached: closed %d connections still sending their"
+            " request, and %d new ones while every slot was answering",
+            self._max_connections,
+            self._evicted,
+            self._refused,
+        )
+        self._evicted = self._refused = 0
 
     def _forget(self, task: asyncio.Task[None]) -> None:
         connection = self._connections.pop(task, None)
