@@ -652,8 +652,10 @@ def test_the_connection_cap_leaves_descriptors_to_the_broker(limit: int | None, 
         assert cap + 2 + RESERVED_DESCRIPTORS <= limit
 
 
-def test_stop_closes_open_connections(server: HealthServer) -> None:
-    """A stopped server holds no connection open (a slow client could hold one forever)."""
+def test_stop_closes_open_connections(probes: Probes) -> None:
+    """A stopped server holds no connection open, long before any deadline would cut it."""
+    server = make_server(probes, limits=Limits(request_timeout_s=600))
+    server.start()
     sock = open_unfinished(server.port)
     try:
         assert fetch(server, "/healthz").status == 200  # the slow one was accepted first
@@ -661,6 +663,7 @@ def test_stop_closes_open_connections(server: HealthServer) -> None:
         assert closed_by_server(sock, wait_s=5)
     finally:
         sock.close()
+        server.stop()
 
 
 @pytest.mark.parametrize(
