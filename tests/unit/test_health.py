@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import json
+import os
 import random
+import resource
 import socket
 import threading
 import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from http import HTTPStatus
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -20,6 +26,15 @@ from prometheus_client.parser import text_string_to_metric_families
 from sidecar import service as service_module
 from sidecar.clock import Clock
 from sidecar.health import HealthBindError, HealthServer, Probe
+from sidecar.http_server import (
+    RESERVED_DESCRIPTORS,
+    HttpServer,
+    Limits,
+    Reply,
+    Request,
+    connection_budget,
+    listen,
+)
 from sidecar.metrics import Metrics
 from sidecar.routes import load_route_map
 from sidecar.service import Service
@@ -27,7 +42,6 @@ from sidecar.service import Service
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from email.message import Message
-    from pathlib import Path
 
 HOST = "127.0.0.1"
 
@@ -66,11 +80,16 @@ def probes() -> Probes:
     return Probes()
 
 
-def make_server(probes: Probes, *, port: int = 0) -> HealthServer:
+def make_server(probes: Probes, *, port: int = 0, limits: Limits | None = None) -> HealthServer:
     registry = CollectorRegistry()
     Metrics(registry, version="1.2.3", contract="1").add_route("orders")
     return HealthServer(
-        host=HOST, port=port, registry=registry, liveness=probes.live, readiness=probes.ready
+        host=HOST,
+        port=port,
+        registry=registry,
+        liveness=probes.live,
+        readiness=probes.ready,
+        limits=limits,
     )
 
 
@@ -430,3 +449,275 @@ def test_healthz_stays_200_while_stopping(tmp_path: Path) -> None:
     assert not service.liveness().ok
     service.request_stop()
     assert service.liveness().ok
+
+
+# --- the bounds: connections, time per request, threads, descriptors ------------------------
+
+# The start of a request that never ends: what a slowloris client sends.
+UNFINISHED = b"GET /healthz HTTP/1.1\r\nHost: probe\r\nX-Slow: "
+
+
+def open_unfinished(port: int) -> socket.socket:
+    """Connect and send the start of a request, never its end."""
+    sock = socket.create_connection((HOST, port), timeout=5)
+    sock.sendall(UNFINISHED)
+    return sock
+
+
+def closed_by_server(sock: socket.socket, *, wait_s: float) -> bool:
+    """Whether the server closed ``sock`` (end of stream or reset) within ``wait_s``."""
+    sock.settimeout(wait_s)
+    try:
+        data = sock.recv(4096)
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        return True
+    assert data == b"", f"the server answered instead of closing: {data[:200]!r}"
+    return True
+
+
+def exchange(port: int, raw: bytes) -> bytes:
+    """Send raw bytes, read until the server closes; return what it sent."""
+    with socket.create_connection((HOST, port), timeout=10) as sock:
+        sock.sendall(raw)
+        received = b""
+        while chunk := sock.recv(65536):
+            received += chunk
+        return received
+
+
+@contextlib.contextmanager
+def descriptors_exhausted() -> Iterator[None]:
+    """Leave this process no free file descriptor for the block (RLIMIT_NOFILE lowered)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    highest = max(int(fd.name) for fd in Path("/proc/self/fd").iterdir())
+    fillers: list[int] = []
+    resource.setrlimit(resource.RLIMIT_NOFILE, (highest + 16, hard))
+    try:
+        while True:
+            try:
+                fillers.append(os.open(os.devnull, os.O_RDONLY))
+            except OSError as e:
+                if e.errno != errno.EMFILE:
+                    raise
+                break
+        yield
+    finally:
+        for fd in fillers:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_at_the_cap_the_oldest_unfinished_connection_makes_room(probes: Probes) -> None:
+    """Ten slow clients on a cap of two: a probe is still answered, never more than two open.
+
+    Refusing the newcomer instead would let a flood of slow clients hold every slot, and
+    every kubelet probe would fail: the pod would be restarted and the relay stopped.
+    """
+    server = make_server(probes, limits=Limits(max_connections=2, request_timeout_s=60))
+    server.start()
+    slow = [open_unfinished(server.port) for _ in range(10)]
+    try:
+        assert fetch(server, "/healthz").status == 200  # accepted after all ten
+        assert [closed_by_server(sock, wait_s=5) for sock in slow[:-1]] == [True] * 9
+        assert not closed_by_server(slow[-1], wait_s=0.3), "the newest slow client was cut"
+    finally:
+        for sock in slow:
+            sock.close()
+        server.stop()
+
+
+def test_at_the_cap_with_every_connection_answering_a_newcomer_is_closed_at_once() -> None:
+    """A response being written is never cut for a newcomer: the newcomer is closed instead."""
+    body = b"x" * (16 * 1024 * 1024)  # far more than the socket buffers hold
+
+    def respond(request: Request) -> Reply:
+        del request
+        return Reply(status=HTTPStatus.OK, content_type="text/plain", body=body)
+
+    listener = listen(HOST, 0)
+    port = int(listener.getsockname()[1])
+    server = HttpServer(
+        listener, respond=respond, limits=Limits(max_connections=1, response_timeout_s=60)
+    )
+    server.start()
+    reader = socket.socket()
+    reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    try:
+        reader.settimeout(10)
+        reader.connect((HOST, port))
+        reader.sendall(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert reader.recv(15) == b"HTTP/1.1 200 OK"  # answering, and now it stops reading
+        with socket.create_connection((HOST, port), timeout=10) as newcomer:
+            newcomer.sendall(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+            assert closed_by_server(newcomer, wait_s=10)
+    finally:
+        reader.close()
+        server.stop()
+
+
+def test_a_client_that_trickles_its_request_is_cut_at_the_deadline(probes: Probes) -> None:
+    """Slowloris: a byte every 0.1 s keeps no connection open past request_timeout_s."""
+    server = make_server(probes, limits=Limits(request_timeout_s=0.5))
+    server.start()
+    sock = open_unfinished(server.port)
+    try:
+        cut = False
+        for _ in range(200):  # 20 s of trickling, 40 times the deadline
+            try:
+                sock.sendall(b"a")
+            except OSError:
+                cut = True
+                break
+            if closed_by_server(sock, wait_s=0.1):
+                cut = True
+                break
+        assert cut, "a client that sent a byte every 0.1 s was never cut"
+    finally:
+        sock.close()
+        server.stop()
+
+
+def test_connections_add_no_threads(server: HealthServer) -> None:
+    """Twenty open connections run on the server's one thread, not a thread each."""
+    before = threading.active_count()
+    slow = [open_unfinished(server.port) for _ in range(20)]
+    try:
+        assert fetch(server, "/healthz").status == 200  # accepted after all twenty
+        assert threading.active_count() == before
+    finally:
+        for sock in slow:
+            sock.close()
+
+
+def test_out_of_descriptors_accepting_pauses_instead_of_spinning_then_recovers(
+    server: HealthServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """EMFILE leaves the listener readable: retrying at once would spin a core, as it did.
+
+    The connection waiting in the backlog is answered once descriptors are free again,
+    and the condition is logged once, not per attempt.
+    """
+    failures = 0
+    accept = socket.socket.accept
+
+    def counting_accept(self: socket.socket) -> tuple[socket.socket, Any]:
+        nonlocal failures
+        try:
+            return accept(self)
+        except OSError as e:
+            if e.errno == errno.EMFILE:
+                failures += 1
+            raise
+
+    monkeypatch.setattr(socket.socket, "accept", counting_accept)
+    client = socket.socket()
+    client.settimeout(10)
+    try:
+        with descriptors_exhausted():
+            client.connect((HOST, server.port))  # a connection needs no new descriptor here
+            time.sleep(1.0)  # the window in which accept attempts are counted
+            during = failures
+        client.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+        reply = b""
+        while chunk := client.recv(65536):
+            reply += chunk
+    finally:
+        client.close()
+    # Spinning made many thousands of attempts a second; the pause allows about one.
+    assert 1 <= during <= 5, f"{during} accept attempts failed with EMFILE in 1 s"
+    assert reply.split(b"\r\n", 1)[0].endswith(b" 200 OK"), reply
+    lines = [r for r in caplog.records if "cannot accept HTTP connections" in r.getMessage()]
+    assert len(lines) == 1, [r.getMessage() for r in lines]
+
+
+@pytest.mark.parametrize(
+    ("limit", "cap"),
+    [
+        (None, 64),
+        (1_048_576, 64),
+        (1024, 64),
+        (256, 64),
+        (98, 64),
+        (97, 63),
+        (40, 6),
+        (10, 1),
+    ],
+)
+def test_the_connection_cap_leaves_descriptors_to_the_broker(limit: int | None, cap: int) -> None:
+    """However low RLIMIT_NOFILE is, the HTTP side leaves RESERVED_DESCRIPTORS free."""
+    assert connection_budget(64, descriptor_limit=limit) == cap
+    if limit is not None and cap > 1:
+        assert cap + 2 + RESERVED_DESCRIPTORS <= limit
+
+
+def test_stop_closes_open_connections(probes: Probes) -> None:
+    """A stopped server holds no connection open, long before any deadline would cut it."""
+    server = make_server(probes, limits=Limits(request_timeout_s=600))
+    server.start()
+    sock = open_unfinished(server.port)
+    try:
+        assert fetch(server, "/healthz").status == 200  # the slow one was accepted first
+        server.stop()
+        assert closed_by_server(sock, wait_s=5)
+    finally:
+        sock.close()
+        server.stop()
+
+
+@pytest.mark.parametrize(
+    ("raw", "status"),
+    [
+        (b"NOT HTTP\r\n\r\n", b"400 Bad Request"),
+        (UNFINISHED + b"a" * (64 * 1024), b"431 Request Header Fields Too Large"),
+        (b"POST /readyz HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\n\r\nabc", b"501 Not Impl"),
+        (b"GET /healthz HTTP/1.0\r\n\r\n", b"200 OK"),
+    ],
+)
+def test_malformed_oversized_or_other_requests(
+    server: HealthServer, raw: bytes, status: bytes
+) -> None:
+    """h11 parses: a bad or oversized head, another method, HTTP/1.0 each get their answer."""
+    reply = exchange(server.port, raw)
+    assert reply.startswith(b"HTTP/1.1 " + status), reply[:200]
+    assert b"\r\nConnection: close\r\n" in reply
+
+
+def test_an_endpoint_that_raises_answers_500() -> None:
+    """A bug in what answers is a 500 with its text, and the server goes on serving."""
+    calls = 0
+
+    def respond(request: Request) -> Reply:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise LookupError("no such thing")
+        return Reply(status=HTTPStatus.OK, content_type="text/plain", body=request.target.encode())
+
+    listener = listen(HOST, 0)
+    server = HttpServer(listener, respond=respond)
+    server.start()
+    try:
+        port = int(listener.getsockname()[1])
+        first = exchange(port, b"GET /a HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert first.startswith(b"HTTP/1.1 500 Internal Server Error"), first
+        assert first.endswith(b"LookupError: no such thing\n")
+        assert exchange(port, b"GET /b HTTP/1.1\r\nHost: t\r\n\r\n").endswith(b"\r\n\r\n/b")
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [
+        {"max_connections": 0},
+        {"request_timeout_s": 0},
+        {"response_timeout_s": -1},
+        {"accept_retry_s": 0},
+    ],
+)
+def test_limits_refuse_values_that_bound_nothing(limits: dict[str, float]) -> None:
+    """A zero cap or deadline would refuse or cut everything: refused with its name."""
+    with pytest.raises(ValueError, match=next(iter(limits))):
+        Limits(**limits)  # type: ignore[arg-type]

@@ -1,0 +1,159 @@
+"""A RabbitMQ node of a test's own: its name, ports, data and logs under a temporary folder.
+
+For a fault that must not reach anybody else's broker (closing every connection, say):
+``private_node`` starts ``rabbitmq-server -detached`` with its own node name, AMQP port
+(loopback only), distribution port, config, plugins (none) and environment file, waits for
+``await_startup``, yields the node, and stops it whatever happened. ``rabbitmqctl`` runs
+with ``-n`` that node, so no command can land on the shared broker.
+
+RabbitMQ's scripts run the server as the ``rabbitmq`` user when started by root: the
+folder is handed to that user then.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from tests.e2e.conftest import free_port
+from tests.faults.conftest import RabbitCtl
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+START_TIMEOUT_S = 90.0
+CTL_TIMEOUT_S = 60.0
+POLL_S = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class PrivateNode:
+    """A running private node: where to connect, and rabbitmqctl for it alone."""
+
+    name: str
+    amqp_port: int
+    base: Path
+
+    @property
+    def url(self) -> str:
+        """The AMQP URL of the node (guest may log in: the listener is loopback only)."""
+        return f"amqp://guest:guest@127.0.0.1:{self.amqp_port}/"
+
+    @property
+    def ctl(self) -> RabbitCtl:
+        """``rabbitmqctl -n NAME`` on the default vhost."""
+        return RabbitCtl(command=("rabbitmqctl", "-n", self.name), vhost="/")
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The end of the node's log, for a failure message."""
+        logs = sorted(self.base.glob("log/*.log"))
+        if not logs:
+            return "(no node log)"
+        text = logs[-1].read_text(encoding="utf-8", errors="replace").splitlines()
+        return "\n".join(text[-lines:])
+
+
+def _ctl(name: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["rabbitmqctl", "-n", name, *args],
+        capture_output=True,
+        check=False,
+        text=True,
+        timeout=CTL_TIMEOUT_S,
+    )
+
+
+def _hand_to_rabbitmq(base: Path) -> None:
+    """Let the server, which the scripts run as ``rabbitmq`` under root, write its folder."""
+    if os.geteuid() != 0:
+        return
+    try:
+        user = pwd.getpwnam("rabbitmq")
+    except KeyError:
+        return
+    for path in [base, *base.rglob("*")]:
+        os.chown(path, user.pw_uid, user.pw_gid)
+
+
+@contextlib.contextmanager
+def private_node(name: str) -> Iterator[PrivateNode]:
+    """Start a node called ``name`` (``short@localhost``) in a new folder; stop it after.
+
+    The folder is under the system's temporary directory, not pytest's (which only its
+    owner may enter), and is removed afterwards. Skips where RabbitMQ is not installed
+    (fails under CI=true, where it must be), and refuses to start when a node of that
+    name already runs: it may be somebody's.
+    """
+    if shutil.which("rabbitmq-server") is None or shutil.which("rabbitmqctl") is None:
+        message = "rabbitmq-server is not installed: the private node cannot start"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    if _ctl(name, "status").returncode == 0:
+        pytest.fail(f"a node called {name} already runs; stop it: rabbitmqctl -n {name} stop")
+    with tempfile.TemporaryDirectory(prefix="acemq-node-") as folder:
+        yield from _run_node(name, Path(folder))
+
+
+def _run_node(name: str, base: Path) -> Iterator[PrivateNode]:
+    amqp_port, dist_port = free_port(), free_port()
+    node = PrivateNode(name=name, amqp_port=amqp_port, base=base)
+    (base / "rabbitmq.conf").write_text(
+        f"listeners.tcp.local = 127.0.0.1:{amqp_port}\n", encoding="utf-8"
+    )
+    (base / "enabled_plugins").write_text("[].\n", encoding="utf-8")
+    # Our own environment file: the system one names the shared node.
+    (base / "rabbitmq-env.conf").write_text(
+        f'NODENAME={name}\nexport ERL_FLAGS="-kernel inet_dist_use_interface {{127,0,0,1}}"\n',
+        encoding="utf-8",
+    )
+    _hand_to_rabbitmq(base)
+    env = {
+        **os.environ,
+        "RABBITMQ_NODENAME": name,
+        "RABBITMQ_NODE_PORT": str(amqp_port),
+        "RABBITMQ_DIST_PORT": str(dist_port),
+        "RABBITMQ_MNESIA_BASE": str(base / "mnesia"),
+        "RABBITMQ_LOG_BASE": str(base / "log"),
+        "RABBITMQ_CONFIG_FILE": str(base / "rabbitmq.conf"),
+        "RABBITMQ_ENABLED_PLUGINS_FILE": str(base / "enabled_plugins"),
+        "RABBITMQ_CONF_ENV_FILE": str(base / "rabbitmq-env.conf"),
+    }
+    started = subprocess.run(
+        ["rabbitmq-server", "-detached"],
+        env=env,
+        capture_output=True,
+        check=False,
+        text=True,
+        timeout=CTL_TIMEOUT_S,
+    )
+    try:
+        _await_startup(node, output=f"{started.stdout}{started.stderr}")
+        yield node
+    finally:
+        _ctl(name, "stop")
+
+
+def _await_startup(node: PrivateNode, *, output: str) -> None:
+    # await_startup fails at once until the node has registered with epmd: poll it.
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while True:
+        result = _ctl(node.name, "await_startup")
+        if result.returncode == 0:
+            return
+        if time.monotonic() > deadline:
+            pytest.fail(
+                f"private node {node.name} did not start within {START_TIMEOUT_S:g}s:"
+                f" {result.stdout}{result.stderr}\n{output}\n{node.log_tail()}"
+            )
+        time.sleep(POLL_S)
