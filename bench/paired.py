@@ -34,8 +34,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import aiormq
-from harness import URL, consumer_attached, drained, expected_split, fill, sidecar, topology
-from throughput import SHOVEL_PREFETCH
+from harness import (
+    URL,
+    consumer_attached,
+    drained,
+    expected_split,
+    fill,
+    shovel,
+    sidecar,
+    topology,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -133,33 +141,11 @@ async def drain_shovel(
     """One shovel drain: msg/s and broker CPU µs per message (the shovel runs in it)."""
     async with topology(channel, "shovel") as topo:
         await fill(channel, topo.staging, n)
-        name = f"bench-{topo.staging.split('.')[1]}"
-        spec = {
-            "src-protocol": "amqp091",
-            "src-uri": "amqp://",
-            "src-queue": topo.staging,
-            "dest-protocol": "amqp091",
-            "dest-uri": "amqp://",
-            "dest-exchange": topo.exchange,
-            "ack-mode": "on-confirm",
-            "src-prefetch-count": SHOVEL_PREFETCH,
-        }
-        setting = asyncio.create_task(
-            asyncio.to_thread(
-                subprocess.run,
-                ["rabbitmqctl", "set_parameter", "shovel", name, json.dumps(spec)],
-                check=True,
-                capture_output=True,
-            )
-        )
-        t0 = await consumer_attached(channel, topo.staging)
-        b0 = broker_cpu_s(broker)
-        t1 = await drained(channel, topo.staging, {topo.target: n})
-        b1 = broker_cpu_s(broker)
-        await setting
-        subprocess.run(
-            ["rabbitmqctl", "clear_parameter", "shovel", name], capture_output=True, check=False
-        )
+        async with shovel(topo):
+            t0 = await consumer_attached(channel, topo.staging)
+            b0 = broker_cpu_s(broker)
+            t1 = await drained(channel, topo.staging, {topo.target: n})
+            b1 = broker_cpu_s(broker)
     return {"msg_s": n / (t1 - t0), "broker_us_per_msg": (b1 - b0) / n * 1e6}
 
 
