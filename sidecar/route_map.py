@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from urllib.parse import unquote, urlsplit
 
+from sidecar.address import host_port
 from sidecar.contract import Publishers
 
 __all__ = [
@@ -90,8 +91,7 @@ class HttpConfig:
     @property
     def listen(self) -> str:
         """Return ``host:port``, with an IPv6 host in brackets."""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{host}:{self.port}"
+        return host_port(self.host, self.port)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
