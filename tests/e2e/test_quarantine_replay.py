@@ -54,6 +54,7 @@ async def one_quarantined(broker: Broker, queue: str, sidecar: Sidecar) -> dict[
     )
     message = await broker.channel.basic_get(queue, no_ack=False)
     assert isinstance(message.delivery, Basic.GetOk)
+    assert message.delivery.delivery_tag is not None
     # Put it back where it was: the next replay reads it from the queue.
     await broker.channel.basic_nack(message.delivery.delivery_tag, requeue=True)
     return dict(message.header.properties.headers or {})

@@ -26,7 +26,7 @@ from sidecar.quarantine_tool import (
     window_for,
 )
 from sidecar.settlement import quarantine_copy
-from sidecar.wire import ByteArray, Float32, Int32
+from sidecar.wire import ByteArray, FieldValue, Float32, Int32
 
 NOW_MS = 1_790_000_000_123  # 2026-09-21T14:13:20.123Z
 
@@ -59,7 +59,11 @@ def copy_of(headers: dict[str, Any], *, reason: str = "unroutable: x") -> Delive
 
 def test_a_replay_is_the_original_stamped_once() -> None:
     """Quarantine headers off, every application header kept with its type, three stamps on."""
-    original = {"x-acemq-id": "m-1", "x-float": Float32(1.5), "x-bytes": ByteArray(b"\xff")}
+    original: dict[str, FieldValue] = {
+        "x-acemq-id": "m-1",
+        "x-float": Float32(1.5),
+        "x-bytes": ByteArray(b"\xff"),
+    }
     plan = plan_replay(copy_of(original), quarantine="q.orders", to=None, now_ms=NOW_MS)
     assert plan == Replay(
         queue="staging.orders",
