@@ -19,6 +19,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sidecar import startup_signals
 from sidecar.contract import normalise
 from sidecar.errors import ConfigError, TlsFileError
 from sidecar.logs import LEVELS, parse_level
@@ -104,6 +105,8 @@ def _check(file: str) -> int:
 
 
 def _run(file: str, *, log_level: str | None) -> int:
+    # First: a SIGTERM while the rest imports and the map loads is a clean stop, not -15.
+    startup_signals.hold()
     # Imported here so that `conform` and `normalise` start without the I/O stack.
     from prometheus_client import CollectorRegistry  # noqa: PLC0415
 

@@ -13,7 +13,7 @@ import logging
 import signal
 from typing import TYPE_CHECKING
 
-from sidecar import __version__
+from sidecar import __version__, startup_signals
 from sidecar.address import BrokerAddress
 from sidecar.amqp import connect
 from sidecar.backoff import Backoff
@@ -182,6 +182,8 @@ class Service:
             (signal.SIGHUP, self.request_reload),
         ):
             loop.add_signal_handler(signum, handler)
+        if startup_signals.stop_requested():  # a SIGTERM that came while starting
+            self.request_stop()
         self._health.start()
         log.info(
             "acemq-sidecar %s started: %d routes, metrics on port %d",

@@ -13,6 +13,7 @@ It must not decide anything: it translates.
 from __future__ import annotations
 
 import datetime as dt
+import struct
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, cast
 
@@ -21,7 +22,9 @@ from pamqp import commands as spec
 from pamqp import decode as pamqp_decode
 from pamqp import encode as pamqp_encode
 from pamqp import frame as pamqp_frame
+from pamqp.exceptions import PAMQPException
 
+from sidecar.amqp.violations import FrameError
 from sidecar.errors import SidecarError, WireError
 from sidecar.frames import UndecodableTable, put_shortstr, read_shortstr
 from sidecar.wire import Timestamp, decode_table_for_pamqp, encode_table_for_pamqp
@@ -225,8 +228,11 @@ Control = ChannelClose | ChannelCloseOk | ChannelFlow | Reply
 
 
 def decode_control(frame: bytes) -> Control:
-    """Read a whole method frame off the hot path (pamqp raises on a malformed one)."""
-    method = pamqp_frame.unmarshal(frame)[2]
+    """Read a whole method frame off the hot path; a malformed one is a :class:`FrameError`."""
+    try:
+        method = pamqp_frame.unmarshal(frame)[2]
+    except (PAMQPException, ValueError, struct.error) as e:
+        raise FrameError(f"a channel method that does not decode: {e}") from e
     if isinstance(method, spec.Channel.Close):
         return ChannelClose(method.reply_code or 0, method.reply_text or "")
     if isinstance(method, spec.Channel.CloseOk):

@@ -57,6 +57,22 @@ class Connection:
         """Whether the connection is still usable."""
         return not self._link.closed.is_set()
 
+    @property
+    def blocked_reason(self) -> str | None:
+        """The broker's reason while it blocks publishing (``connection.blocked``), else None.
+
+        While blocked the broker reads nothing more from a connection that publishes, so
+        nothing new should be published; heartbeats go on meanwhile, both ways.
+        """
+        return self._control.blocked_reason
+
+    async def wait_unblocked(self) -> None:
+        """Return once the broker unblocks publishing (at once when it does not block).
+
+        It returns too when the connection closes: check ``is_open`` after it.
+        """
+        await self._control.unblocked.wait()
+
     async def wait_closed(self) -> BaseException | None:
         """Return when the connection closes, with the reason when there is one."""
         await self._link.closed.wait()
@@ -159,12 +175,17 @@ async def connect(
     The URL's ``heartbeat`` and ``connection_timeout``, when it sets them, win over
     ``heartbeat_s`` and ``connect_timeout_s``; its ``frame_max`` and ``channel_max`` are
     ceilings on what the client asks for. The reason never holds the URL or the password.
+
+    ``address.tls`` alone decides whether the connection uses TLS, whatever the case of
+    the URL's scheme: ``ssl_context`` (the route map's CA and client certificate) is used
+    when it does, and ignored when it does not; without one, the system's CAs verify the
+    broker.
     """
     codec.install_codec()
     loop = asyncio.get_running_loop()
     link = Link(loop)
     link.control = control = Control(link)
-    context: ssl.SSLContext | bool | None = ssl_context or (True if address.tls else None)
+    context: ssl.SSLContext | bool | None = (ssl_context or True) if address.tls else None
     timeout_s = (
         connect_timeout_s if address.connect_timeout_s is None else address.connect_timeout_s
     )

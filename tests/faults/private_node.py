@@ -86,8 +86,11 @@ def _hand_to_rabbitmq(base: Path) -> None:
 
 
 @contextlib.contextmanager
-def private_node(name: str) -> Iterator[PrivateNode]:
+def private_node(name: str, *, config: str = "") -> Iterator[PrivateNode]:
     """Start a node called ``name`` (``short@localhost``) in a new folder; stop it after.
+
+    ``config`` is more of ``rabbitmq.conf`` (``frame_max = 1048576``, say), after the
+    listener line.
 
     The folder is under the system's temporary directory, not pytest's (which only its
     owner may enter), and is removed afterwards. Skips where RabbitMQ is not installed
@@ -102,14 +105,14 @@ def private_node(name: str) -> Iterator[PrivateNode]:
     if _ctl(name, "status").returncode == 0:
         pytest.fail(f"a node called {name} already runs; stop it: rabbitmqctl -n {name} stop")
     with tempfile.TemporaryDirectory(prefix="acemq-node-") as folder:
-        yield from _run_node(name, Path(folder))
+        yield from _run_node(name, Path(folder), config=config)
 
 
-def _run_node(name: str, base: Path) -> Iterator[PrivateNode]:
+def _run_node(name: str, base: Path, *, config: str) -> Iterator[PrivateNode]:
     amqp_port, dist_port = free_port(), free_port()
     node = PrivateNode(name=name, amqp_port=amqp_port, base=base)
     (base / "rabbitmq.conf").write_text(
-        f"listeners.tcp.local = 127.0.0.1:{amqp_port}\n", encoding="utf-8"
+        f"listeners.tcp.local = 127.0.0.1:{amqp_port}\n{config}", encoding="utf-8"
     )
     (base / "enabled_plugins").write_text("[].\n", encoding="utf-8")
     # Our own environment file: the system one names the shared node.
