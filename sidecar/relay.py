@@ -290,6 +290,22 @@ class RouteWorker:
             await _close_both(consumer, lane)
 
 
+class _Retries:
+    """How one delivery's current plan has been retried so far."""
+
+    __slots__ = ("alone", "attempts", "backoff")
+
+    def __init__(self, *, rng: random.Random) -> None:
+        self.backoff = Backoff(rng=rng)
+        self.attempts = 0  # publishes of this plan the broker held back
+        self.alone = False  # publish on a channel of its own (once a refusal was ambiguous)
+
+    def restart(self) -> None:
+        """Count and back off afresh for a new plan (the quarantine copy); alone stays."""
+        self.attempts = 0
+        self.backoff.reset()
+
+
 async def _close_both(consumer: Consumer, lane: PublishLane) -> None:
     await consumer.close()
     await lane.close()
@@ -418,53 +434,65 @@ class Settler:
     ) -> Outcome | DeadLetter | None:
         """Publish what the plan says until the broker takes it; None when we must let go."""
         plan = self._plan(delivery)
-        backoff: Backoff | None = None
-        alone = False
-        attempts = 0  # publishes of this plan the broker held back
+        retries = _Retries(rng=self._rng)
         while True:
             if not await self._unblocked(held):
                 return None  # stopping while blocked: the broker redelivers it
-            decision = await self._attempt(lane, delivery, plan, held, alone=alone)
+            decision = await self._attempt(lane, delivery, plan, held, alone=retries.alone)
+            after: Wait | Quarantine | DeadLetter | None
             match decision:
                 case Done(outcome=outcome):
                     if isinstance(plan, Quarantine):
                         self._log.quarantined(plan.reason, delivery, now=self._clock.monotonic())
                     return outcome
-                case Quarantine():
-                    plan, attempts, backoff = decision, 0, None
-                case DeadLetter():
-                    return decision
-                case Alone(may_duplicate=may_duplicate):
-                    alone = True
-                    if may_duplicate:
-                        self._metrics.count_retried_copy(self.route.name)
-                case Hold(reason=reason):
-                    held.take(reason)
-                    attempts += 1
-                    backoff = backoff or Backoff(rng=self._rng)
-                    after = after_hold(
-                        decision,
-                        plan,
-                        attempts=attempts,
-                        held_s=self._clock.monotonic() - started,
-                        delay_s=backoff.next_delay(),
-                        limits=self._limits,
-                    )
-                    match after:
-                        case Wait(delay_s=delay_s):
-                            await sleep_unless(self._stop, delay_s)
-                            if self._stop.is_set() or not consumer.is_open:
-                                return None  # the broker redelivers it
-                            if decision.may_duplicate:
-                                self._metrics.count_retried_copy(self.route.name)
-                        case Quarantine():
-                            plan, attempts, backoff = after, 0, None
-                        case DeadLetter():
-                            return after
-                        case _:
-                            assert_never(after)
+                case Alone():
+                    after = self._alone(decision, retries)
+                case Hold():
+                    held.take(decision.reason)
+                    after = await self._hold(consumer, decision, plan, retries, started=started)
                 case _:
-                    assert_never(decision)
+                    after = decision
+            match after:
+                case Wait():
+                    continue
+                case Quarantine():
+                    plan = after
+                    retries.restart()
+                case DeadLetter() | None:
+                    return after
+                case _:
+                    assert_never(after)
+
+    def _alone(self, alone: Alone, retries: _Retries) -> Wait:
+        """Publish the same plan again at once, alone on a channel of its own."""
+        retries.alone = True
+        if alone.may_duplicate:
+            self._metrics.count_retried_copy(self.route.name)
+        return Wait(0.0)
+
+    async def _hold(
+        self, consumer: Consumer, hold: Hold, plan: Plan, retries: _Retries, *, started: float
+    ) -> Wait | Quarantine | DeadLetter | None:
+        """Wait before the plan is published again, or say where the delivery goes instead.
+
+        None: let it go (a stop, or the broker took the channel it came on away).
+        """
+        retries.attempts += 1
+        after = after_hold(
+            hold,
+            plan,
+            attempts=retries.attempts,
+            held_s=self._clock.monotonic() - started,
+            delay_s=retries.backoff.next_delay(),
+            limits=self._limits,
+        )
+        if isinstance(after, Wait):
+            await sleep_unless(self._stop, after.delay_s)
+            if self._stop.is_set() or not consumer.is_open:
+                return None  # the broker redelivers it
+            if hold.may_duplicate:
+                self._metrics.count_retried_copy(self.route.name)
+        return after
 
     async def _unblocked(self, held: HeldDelivery) -> bool:
         """Wait while the broker blocks the connection; False when a stop comes first.
@@ -486,7 +514,9 @@ class Settler:
         self, lane: PublishLane, delivery: Delivery, plan: Plan, held: HeldDelivery, *, alone: bool
     ) -> Decision:
         """Publish the plan once; return what settlement makes of the broker's answer."""
-        exchange = self._quarantine_exchange if isinstance(plan, Quarantine) else self.route.exchange
+        exchange = (
+            self._quarantine_exchange if isinstance(plan, Quarantine) else self.route.exchange
+        )
         try:
             if alone:
                 async with lane.alone() as publisher:

@@ -133,7 +133,7 @@ class Service:
         return Probe(ok=True, detail="ok")
 
     def _blocked_reason(self) -> str | None:
-        """The broker's reason while it blocks the open connection (read from any thread)."""
+        """Return the broker's reason while it blocks the open connection (from any thread)."""
         connection = self._connection
         return None if connection is None else blocked_reason(connection)
 

@@ -84,6 +84,7 @@ REPEATED_REFUSALS = frozenset({ACCESS_REFUSED, PRECONDITION_FAILED})
 # the quarantine publish, the reject, and the broker's own timer.
 QUARANTINE_SHARE = 0.5
 DEAD_LETTER_SHARE = 0.75
+DEADLINE_SLACK_S = 0.001  # a wait that ends this close to its deadline has reached it
 
 
 class Outcome(StrEnum):
@@ -324,7 +325,7 @@ def after_hold(
     match plan:
         case Copy():
             deadline_s = min(limits.nack_max_s, timeout_s * QUARANTINE_SHARE)
-            if attempts >= limits.nack_max_attempts or held_s >= deadline_s:
+            if attempts >= limits.nack_max_attempts or held_s >= deadline_s - DEADLINE_SLACK_S:
                 return Quarantine(
                     f"{bounded(hold.reason)} ({attempts} attempts over {held_s:.1f}s; given up"
                     f" after {limits.nack_max_attempts} attempts or {deadline_s:g}s, before the"
@@ -332,7 +333,7 @@ def after_hold(
                 )
         case Quarantine(reason=reason):
             deadline_s = timeout_s * DEAD_LETTER_SHARE
-            if held_s >= deadline_s:
+            if held_s >= deadline_s - DEADLINE_SLACK_S:
                 return DeadLetter(
                     f"{bounded(reason)}; and for {held_s:.1f}s: {bounded(hold.reason)}"
                     f" (dead-lettered before the broker's consumer_timeout of {timeout_s:g}s)"
@@ -344,10 +345,7 @@ def after_hold(
 
 def blocked(reason: str) -> str:
     """Return the /readyz reason for a delivery waiting while the broker blocks publishing."""
-    return (
-        f'the broker blocked the connection ("{reason}"); nothing is published until it'
-        " unblocks"
-    )
+    return f'the broker blocked the connection ("{reason}"); nothing is published until it unblocks'
 
 
 def unencodable(error: Exception) -> Quarantine:
