@@ -155,8 +155,9 @@ async def test_a_403_on_publish_quarantines_with_the_brokers_words_and_loses_not
 ) -> None:
     """Issue 17.1: an internal target (403 on every publish), quorum staging, limit 3.
 
-    All 50 are quarantined with the broker's reason, none lost. It used to close and reopen the one channel, requeueing the window each time: 50 of 50
-    were dropped by the queue's delivery limit in about 5 s.
+    All 50 are quarantined with the broker's reason, none lost. It used to close and
+    reopen the one channel, requeueing the window each time: 50 of 50 were dropped by the
+    queue's delivery limit in about 5 s.
     """
     staging = await nb.queue("r403.staging", **{"x-queue-type": "quorum", "x-delivery-limit": 3})
     internal = nb.name("r403.internal")
