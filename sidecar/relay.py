@@ -16,6 +16,7 @@ requeues nothing. This module only carries decisions out, and keeps the route's 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 from typing import TYPE_CHECKING, Protocol, assert_never, runtime_checkable
@@ -44,6 +45,7 @@ from sidecar.settlement import (
     after_publish,
     after_refusal,
     blocked,
+    in_flight_window,
     internal_error,
     plan_delivery,
     quarantine_copy,
@@ -65,11 +67,20 @@ if TYPE_CHECKING:
     from sidecar.settlement import Decision, Plan
     from sidecar.wire import FieldValue
 
-__all__ = ["CONFIRM_TIMEOUT_S", "Blockable", "Rejecter", "RouteWorker", "Settler", "blocked_reason"]
+__all__ = [
+    "CONFIRM_TIMEOUT_S",
+    "Blockable",
+    "Rejecter",
+    "RouteWorker",
+    "Settler",
+    "Throttle",
+    "blocked_reason",
+]
 
 log = logging.getLogger(__name__)
 
 CONFIRM_TIMEOUT_S = 30.0  # after this a publish without a confirm is reported, not resent
+QOS_TIMEOUT_S = 5.0  # a basic.qos the broker does not answer (an alarm) is given up
 HEALTHY_CHANNEL_S = 30.0  # a channel that lived this long resets the reopen backoff
 
 
@@ -97,6 +108,52 @@ class Rejecter(Protocol):
     async def reject(self, delivery_tag: int, *, requeue: bool) -> bool:
         """Reject one delivery; False when the channel is gone (the broker redelivers it)."""
         ...
+
+
+@runtime_checkable
+class Throttle(Protocol):
+    """A consumer channel whose prefetch can change while it consumes (``basic.qos``).
+
+    It must be the channel-wide limit (``global=true``): RabbitMQ applies a per-consumer
+    prefetch only to consumers started after it, the channel-wide one at once.
+    """
+
+    async def qos(self, prefetch: int) -> None:
+        """Set the channel-wide prefetch count; it applies to deliveries from now on."""
+        ...
+
+
+class InFlightWindow:
+    """One route's prefetch as the byte budget allows it, from the largest body seen.
+
+    Kept across the route's channels: the next channel starts from what the last learned.
+    """
+
+    def __init__(self, *, prefetch: int, budget_bytes: int) -> None:
+        self._prefetch = prefetch
+        self._budget = budget_bytes
+        self.largest: int | None = None
+        self.current: int | None = None
+
+    def start(self) -> int:
+        """Return the window a new channel starts with."""
+        self.current = in_flight_window(
+            prefetch=self._prefetch, budget_bytes=self._budget, largest_bytes=self.largest
+        )
+        return self.current
+
+    def note(self, size: int) -> int | None:
+        """Record a body's size; return the new window when it changes, else None."""
+        if self.largest is not None and size <= self.largest:
+            return None
+        self.largest = size
+        window = in_flight_window(
+            prefetch=self._prefetch, budget_bytes=self._budget, largest_bytes=size
+        )
+        if window == self.current:
+            return None
+        self.current = window
+        return window
 
 
 def blocked_reason(connection: object) -> str | None:
@@ -140,6 +197,9 @@ class RouteWorker:
             rng=self._backoff.rng,
         )
         self._consumer_tag = f"acemq-sidecar.{route.name}"
+        self._window = InFlightWindow(
+            prefetch=route.prefetch, budget_bytes=route.limits.max_in_flight_bytes
+        )
 
     @property
     def pause_reason(self) -> str | None:
@@ -234,9 +294,18 @@ class RouteWorker:
         except BaseException:
             await lane.close()
             raise
-        settler = self._settler
+        settler, window = self._settler, self._window
+        throttle = consumer if isinstance(consumer, Throttle) else None
+        if throttle is not None:
+            try:
+                await throttle.qos(window.start())
+            except BaseException:
+                await _close_both(consumer, lane)
+                raise
 
         async def on_delivery(delivery: Delivery) -> None:
+            if throttle is not None and (size := window.note(len(delivery.body))) is not None:
+                await _set_window(throttle, size)
             await settler.settle(consumer, delivery)
 
         settler.attach(connection, lane)
@@ -304,6 +373,13 @@ class _Retries:
         """Count and back off afresh for a new plan (the quarantine copy); alone stays."""
         self.attempts = 0
         self.backoff.reset()
+
+
+async def _set_window(throttle: Throttle, prefetch: int) -> None:
+    """Change the consumer's prefetch; a channel gone or a broker silent leaves it as it was."""
+    with contextlib.suppress(ChannelLostError, TimeoutError):
+        async with asyncio.timeout(QOS_TIMEOUT_S):
+            await throttle.qos(prefetch)
 
 
 async def _close_both(consumer: Consumer, lane: PublishLane) -> None:

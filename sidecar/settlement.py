@@ -57,6 +57,7 @@ __all__ = [
     "after_refusal",
     "blocked",
     "bounded",
+    "in_flight_window",
     "log_origin",
     "original_headers",
     "plan_delivery",
@@ -341,6 +342,22 @@ def after_hold(
         case _:
             assert_never(plan)
     return Wait(max(0.0, min(delay_s, deadline_s - held_s)))
+
+
+START_WINDOW = 1  # in flight before the first delivery says how big messages are
+
+
+def in_flight_window(*, prefetch: int, budget_bytes: int, largest_bytes: int | None) -> int:
+    """Return the prefetch that keeps the route's bodies in flight within the byte budget.
+
+    RabbitMQ ignores basic.qos prefetch_size, so the count is what bounds bytes: as many
+    of the largest body seen so far as the budget holds, at least 1, at most the route's
+    prefetch. Before any delivery (``largest_bytes`` None) one: the broker sends a whole
+    window at once, so the first must not be a window of large messages.
+    """
+    if largest_bytes is None:
+        return min(prefetch, START_WINDOW)
+    return max(1, min(prefetch, budget_bytes // max(1, largest_bytes)))
 
 
 def blocked(reason: str) -> str:
