@@ -13,13 +13,14 @@ numbers are printed for docs/reliability.md.
 from __future__ import annotations
 
 import json
+import signal
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from pamqp.commands import Basic
 
-from sidecar.amqp import Channel
+from sidecar.amqp import Channel, Connection
 from tests.e2e.conftest import (
     ID_HEADER,
     Sidecar,
@@ -451,3 +452,47 @@ async def test_a_nacked_copy_is_retried_a_bounded_number_of_times_and_counted(
         copies_in_the_other_queue=sum(copies.copies().values()),
         retried_copies_total=retried,
     )
+
+
+@pytest.mark.xfail(
+    not hasattr(Connection, "blocked_reason"),
+    strict=True,
+    reason="needs Connection.blocked_reason and wait_unblocked() from the AMQP client",
+)
+async def test_while_the_broker_blocks_nothing_is_published_and_sigterm_settles_in_time(
+    nb: Broker, sidecar_on_node: Sidecar, node: PrivateNode
+) -> None:
+    """Issue 13.4: a memory alarm: /readyz says why, SIGTERM exits 0 within the grace.
+
+    broker_blocked is 1 meanwhile; after the alarm nothing is lost or duplicated.
+    """
+    staging = await nb.queue("blocked.staging")
+    exchange = await nb.exchange("blocked.target")
+    target = await nb.queue("blocked.out")
+    await nb.bind(target, exchange)
+    quarantine, _ = await declare_quarantine(nb)
+    ids = make_ids("blocked", 200)
+    await publish_ids(nb, staging, ids)
+    sidecar_on_node.write(
+        route_map(sidecar_on_node, quarantine=quarantine, routes=[route("b", staging, exchange)])
+    )
+    await node.ctl.run("set_vm_memory_high_watermark", "0.0001")
+    try:
+        await sidecar_on_node.start(wait_ready=False)
+        body = ""
+
+        async def blocked() -> bool:
+            nonlocal body
+            status, body = await sidecar_on_node.get("/readyz")
+            return status == 503 and '"broker": "blocked: ' in body
+
+        await eventually(blocked, timeout_s=30, what="/readyz says blocked", context=lambda: body)
+        assert await sidecar_on_node.metric("acemq_sidecar_broker_blocked") == 1
+        sidecar_on_node.send(signal.SIGTERM)
+        assert await sidecar_on_node.wait_exit(timeout_s=10 + 10) == 0
+    finally:
+        await node.ctl.run("set_vm_memory_high_watermark", "0.4")
+    await sidecar_on_node.start()
+    taken = await take_all(nb, target, ids, sidecar=sidecar_on_node)
+    assert sum(taken.copies().values()) == len(ids)  # no copy sent while blocked came later
+    report("connection.blocked, SIGTERM, then unblocked", messages=len(ids), lost=0, duplicates=0)
