@@ -400,8 +400,11 @@ async def test_missing_exchange_pauses_only_its_route(
     )
     async with run_sidecar(text, ready=False) as running:
         service = running.service
-        await wait_for(lambda: "paused" in service.readiness().detail, what="paused route reported")
-        assert f'exchange "{missing}" does not exist' in service.readiness().detail
+        # The route is named "paused", so wait for the reason itself, not the word.
+        await wait_for(
+            lambda: f'exchange "{missing}" does not exist' in service.readiness().detail,
+            what="paused route reported",
+        )
         await broker.publish(staging, headers=envelope("w-1"))
         await broker.publish(good.staging, headers=envelope("g-1"))
         await broker.take(good.target, 1)
