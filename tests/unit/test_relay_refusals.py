@@ -18,7 +18,13 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from sidecar import relay
-from sidecar.amqp import ChannelClosedError, Consumer, Publisher, RelayConnection
+from sidecar.amqp import (
+    ChannelClosedError,
+    ChannelLostError,
+    Consumer,
+    Publisher,
+    RelayConnection,
+)
 from sidecar.clock import Clock
 from sidecar.contract import ERROR
 from sidecar.delivery import Delivery, PublishOutcome
@@ -77,7 +83,7 @@ class FakePublisher:
         """Give the next scripted answer."""
         del body, routing_key, properties, slow_after_s, on_slow, content_header
         if not self.is_open:
-            raise relay.ChannelLostError("channel closed")
+            raise ChannelLostError("channel closed")
         self.script.published.append((self.number, exchange))
         self.script.headers.append(dict(headers or {}))
         await asyncio.sleep(0)
@@ -101,6 +107,7 @@ class FakeConsumer:
     acked: list[int] = field(default_factory=list)
     is_open: bool = True
     ended: asyncio.Event = field(default_factory=asyncio.Event)
+    consumer_cancelled: bool = False
 
     async def consume(self, queue: str, callback: Any, *, consumer_tag: str) -> None:
         """Unused here."""
@@ -147,6 +154,10 @@ class FakeConnection:
     script: Script
     is_open: bool = True
     opened: list[FakePublisher] = field(default_factory=list)
+    blocked_reason: str | None = None
+
+    async def wait_unblocked(self) -> None:
+        """Never blocked here."""
 
     async def wait_closed(self) -> BaseException | None:
         """Unused here."""
@@ -381,9 +392,8 @@ async def test_nacked_copies_are_retried_a_bounded_number_of_times_then_quaranti
 ) -> None:
     """max_attempts 3: three nacked copies, two of them retries (counted), then quarantine."""
     limits = RouteLimits(nack_max_attempts=3, nack_max_s=1000.0, consumer_timeout_s=3600.0)
-    rig = make_rig(
-        fake_time, [PublishOutcome.NACKED] * 3 + [PublishOutcome.CONFIRMED], limits=limits
-    )
+    answers: list[Answer] = [*[PublishOutcome.NACKED] * 3, PublishOutcome.CONFIRMED]
+    rig = make_rig(fake_time, answers, limits=limits)
     consumer = FakeConsumer()
     await rig.settle(consumer)
     exchanges = [exchange for _, exchange in rig.connection.script.published]

@@ -11,12 +11,12 @@ import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from prometheus_client import CollectorRegistry
 
-from sidecar.amqp import ChannelLostError, MissingEntityError
+from sidecar.amqp import ChannelLostError, MissingEntityError, RelayConnection
 from sidecar.clock import Clock
 from sidecar.contract import ERROR, Publishers
 from sidecar.delivery import Delivery, PublishOutcome
@@ -123,9 +123,8 @@ class Rig:
 
     async def settle(self, channel: FakeChannel, message: Delivery) -> None:
         """Settle one delivery consumed and published on the fake channel."""
-        self.settler.attach(
-            OneChannelConnection(channel), PublishLane(OneChannelConnection(channel))
-        )  # type: ignore[arg-type]
+        connection = cast("RelayConnection", OneChannelConnection(channel))  # a partial fake
+        self.settler.attach(connection, PublishLane(connection))
         await self.settler.settle(channel, message)  # type: ignore[arg-type]
 
     def count(self, outcome: str) -> float | None:
