@@ -2,35 +2,50 @@
 
 Its one rule: a delivery is acked only after the broker confirmed its normalised copy on
 the target exchange, or its quarantine copy on the quarantine exchange. Anything else
-leaves it unacked, and the broker redelivers it. The decisions are ``sidecar.settlement``'s
-(pure, unit-tested); the wire is the AMQP client's, seen through its ``Publisher`` and
-``Consumer`` face. This module only carries decisions out, and keeps the route's state
+leaves it unacked, and the broker redelivers it; the one exception is a delivery neither
+the target nor quarantine takes before the broker's consumer_timeout would take it back,
+which is rejected (requeue=false) to the staging queue's dead-letter exchange, logged
+and counted. The decisions are ``sidecar.settlement``'s (pure, unit-tested); the wire is
+the AMQP client's, seen through its Protocols (``Consumer``, ``Publisher``,
+``RelayConnection``). A route consumes on one channel and publishes on others
+(``sidecar.publish_lane``), so that a publish the broker refuses by closing its channel
+requeues nothing. This module only carries decisions out, and keeps the route's state
 (``RouteState``) and its rate-limited log lines (``RouteLog``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
-from typing import TYPE_CHECKING, assert_never
+from typing import TYPE_CHECKING, Protocol, assert_never, runtime_checkable
 
-from sidecar.amqp import ChannelLostError, MissingEntityError
+from sidecar.amqp import ChannelClosedError, ChannelLostError, MissingEntityError
 from sidecar.backoff import Backoff
 from sidecar.contract import Policy
 from sidecar.errors import WireError
 from sidecar.producers import producer_of
+from sidecar.publish_lane import PublishLane
 from sidecar.route_log import RouteLog
 from sidecar.route_state import HeldDelivery, RouteState
 from sidecar.routes import Mode
 from sidecar.settlement import (
+    Alone,
     Copy,
+    DeadLetter,
     Done,
     Hold,
+    HoldLimits,
     Outcome,
     Quarantine,
     Target,
+    Wait,
+    after_hold,
     after_publish,
+    after_refusal,
+    blocked,
+    in_flight_window,
     internal_error,
     plan_delivery,
     quarantine_copy,
@@ -43,7 +58,7 @@ from sidecar.waits import first_of, sleep_unless
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from sidecar.amqp import Channel, Connection
+    from sidecar.amqp import Consumer, Publisher, RelayConnection
     from sidecar.clock import Clock
     from sidecar.contract import PropertyValue
     from sidecar.delivery import Delivery, PublishOutcome
@@ -52,12 +67,100 @@ if TYPE_CHECKING:
     from sidecar.settlement import Decision, Plan
     from sidecar.wire import FieldValue
 
-__all__ = ["CONFIRM_TIMEOUT_S", "RouteWorker", "Settler"]
+__all__ = [
+    "CONFIRM_TIMEOUT_S",
+    "Blockable",
+    "Rejecter",
+    "RouteWorker",
+    "Settler",
+    "Throttle",
+    "blocked_reason",
+]
 
 log = logging.getLogger(__name__)
 
 CONFIRM_TIMEOUT_S = 30.0  # after this a publish without a confirm is reported, not resent
+QOS_TIMEOUT_S = 5.0  # a basic.qos the broker does not answer (an alarm) is given up
 HEALTHY_CHANNEL_S = 30.0  # a channel that lived this long resets the reopen backoff
+
+
+# --- what the relay uses of the client where the client offers it --------------------------
+
+
+@runtime_checkable
+class Blockable(Protocol):
+    """A connection that says when the broker blocked it (``connection.blocked``)."""
+
+    @property
+    def blocked_reason(self) -> str | None:
+        """The broker's reason while it blocks the connection's publishes, else None."""
+        ...
+
+    async def wait_unblocked(self) -> None:
+        """Return once the broker unblocks the connection (at once when it is not blocked)."""
+        ...
+
+
+@runtime_checkable
+class Rejecter(Protocol):
+    """A consumer channel that can reject a delivery (``basic.reject``)."""
+
+    async def reject(self, delivery_tag: int, *, requeue: bool) -> bool:
+        """Reject one delivery; False when the channel is gone (the broker redelivers it)."""
+        ...
+
+
+@runtime_checkable
+class Throttle(Protocol):
+    """A consumer channel whose prefetch can change while it consumes (``basic.qos``).
+
+    It must be the channel-wide limit (``global=true``): RabbitMQ applies a per-consumer
+    prefetch only to consumers started after it, the channel-wide one at once.
+    """
+
+    async def qos(self, prefetch: int) -> None:
+        """Set the channel-wide prefetch count; it applies to deliveries from now on."""
+        ...
+
+
+class InFlightWindow:
+    """One route's prefetch as the byte budget allows it, from the largest body seen.
+
+    Kept across the route's channels: the next channel starts from what the last learned.
+    """
+
+    def __init__(self, *, prefetch: int, budget_bytes: int) -> None:
+        self._prefetch = prefetch
+        self._budget = budget_bytes
+        self.largest: int | None = None
+        self.current: int | None = None
+
+    def start(self) -> int:
+        """Return the window a new channel starts with."""
+        self.current = in_flight_window(
+            prefetch=self._prefetch, budget_bytes=self._budget, largest_bytes=self.largest
+        )
+        return self.current
+
+    def note(self, size: int) -> int | None:
+        """Record a body's size; return the new window when it changes, else None."""
+        if self.largest is not None and size <= self.largest:
+            return None
+        self.largest = size
+        window = in_flight_window(
+            prefetch=self._prefetch, budget_bytes=self._budget, largest_bytes=size
+        )
+        if window == self.current:
+            return None
+        self.current = window
+        return window
+
+
+def blocked_reason(connection: object) -> str | None:
+    """Return why the broker blocks ``connection``, or None (also for a client that cannot say)."""
+    if isinstance(connection, Blockable):
+        return connection.blocked_reason
+    return None
 
 
 class RouteWorker:
@@ -94,6 +197,9 @@ class RouteWorker:
             rng=self._backoff.rng,
         )
         self._consumer_tag = f"acemq-sidecar.{route.name}"
+        self._window = InFlightWindow(
+            prefetch=route.prefetch, budget_bytes=route.limits.max_in_flight_bytes
+        )
 
     @property
     def pause_reason(self) -> str | None:
@@ -111,9 +217,9 @@ class RouteWorker:
         self.state.stopping = True
         self._stop.set()
 
-    # --- the channel's lifecycle ---
+    # --- the channels' lifecycle ---
 
-    async def run(self, connection: Connection, *, grace_s: float) -> None:
+    async def run(self, connection: RelayConnection, *, grace_s: float) -> None:
         """Consume until stopped or the connection drops; retry a paused route with backoff.
 
         The backoff is reset by progress (an ack), not by a channel that merely opened:
@@ -122,8 +228,8 @@ class RouteWorker:
         state = self.state
         while not self._stop.is_set() and connection.is_open:
             try:
-                channel = await self._open_unless_stopped(connection)
-                if channel is None:
+                opened = await self._open_unless_stopped(connection)
+                if opened is None:
                     break
             except (MissingEntityError, ChannelLostError) as e:
                 state.pause(str(e))
@@ -132,22 +238,26 @@ class RouteWorker:
                 log.exception("route %s: unexpected error while starting", self.route.name)
                 state.pause(f"unexpected error while starting: {e!r}")
             else:
-                opened = self._clock.monotonic()
+                consumer, lane = opened
+                since = self._clock.monotonic()
                 state.acked_since_open = False
-                reason = await self._consume_until_closed(channel, connection)
+                reason = await self._consume_until_closed(consumer, connection)
                 if self._stop.is_set():
-                    await self._drain(channel, grace_s=grace_s)
+                    await self._drain(consumer, lane, connection, grace_s=grace_s)
                     break
-                if state.acked_since_open or self._clock.monotonic() - opened > HEALTHY_CHANNEL_S:
+                if state.acked_since_open or self._clock.monotonic() - since > HEALTHY_CHANNEL_S:
                     self._backoff.reset()  # it worked for a while: a fresh failure, not a loop
-                state.pause(reason)
-                await channel.close()
+                state.channel_closed(reason)
+                await consumer.close()
+                await lane.close()
             await sleep_unless(self._stop, self._backoff.next_delay())
         state.stopped()
         self._log.stopped()
 
-    async def _open_unless_stopped(self, connection: Connection) -> Channel | None:
-        """Open the route's channel, or give up when a stop comes first.
+    async def _open_unless_stopped(
+        self, connection: RelayConnection
+    ) -> tuple[Consumer, PublishLane] | None:
+        """Open the route's channels, or give up when a stop comes first.
 
         A broker under an alarm may never answer the opening handshake; SIGTERM must not
         wait for it.
@@ -159,50 +269,76 @@ class RouteWorker:
         finally:
             stopping.cancel()
         if opening.done():
-            channel = opening.result()
+            opened = opening.result()
             if not self._stop.is_set():
-                return channel
-            await channel.close()
+                return opened
+            await _close_both(*opened)
             return None
         opening.cancel()
         await asyncio.wait((opening,))
         if not opening.cancelled() and opening.exception() is None:
             # Opened although cancelled (a cancellation lost in the library, or the open
             # finishing as it came): it must not go on consuming with a replaced config.
-            await opening.result().close()
+            await _close_both(*opening.result())
         return None
 
-    async def _open(self, connection: Connection) -> Channel:
+    async def _open(self, connection: RelayConnection) -> tuple[Consumer, PublishLane]:
         route = self.route
         await connection.check_queue(route.queue)
         await connection.check_exchange(route.exchange)
         await connection.check_exchange(self._quarantine_exchange)
-        channel = await connection.channel(prefetch=route.prefetch)
+        lane = PublishLane(connection)
+        try:
+            await lane.open()
+            consumer: Consumer = await connection.channel(prefetch=route.prefetch)
+        except BaseException:
+            await lane.close()
+            raise
+        settler, window = self._settler, self._window
+        throttle = consumer if isinstance(consumer, Throttle) else None
+        if throttle is not None:
+            try:
+                await throttle.qos(window.start())
+            except BaseException:
+                await _close_both(consumer, lane)
+                raise
 
         async def on_delivery(delivery: Delivery) -> None:
-            await self._settler.settle(channel, delivery)
+            if throttle is not None and (size := window.note(len(delivery.body))) is not None:
+                await _set_window(throttle, size)
+            await settler.settle(consumer, delivery)
 
+        settler.attach(connection, lane)
         # Up before the first delivery can arrive, so a delivery's pause is not undone.
         self.state.consuming(queue=route.queue, exchange=route.exchange)
         try:
-            await channel.consume(route.queue, on_delivery, consumer_tag=self._consumer_tag)
+            await consumer.consume(route.queue, on_delivery, consumer_tag=self._consumer_tag)
         except BaseException:
-            await channel.close()
+            await _close_both(consumer, lane)
             raise
-        return channel
+        return consumer, lane
 
-    async def _consume_until_closed(self, channel: Channel, connection: Connection) -> str:
+    async def _consume_until_closed(self, consumer: Consumer, connection: RelayConnection) -> str:
         """Wait until the channel or connection closes, or a stop; return what happened."""
         which, first = await first_of(
-            channel.wait_closed(), connection.wait_closed(), self._stop.wait()
+            consumer.wait_closed(), connection.wait_closed(), self._stop.wait()
         )
         return str(first.result()) if which == 0 else ("connection lost", "stopping")[which - 1]
 
-    async def _drain(self, channel: Channel, *, grace_s: float) -> None:
-        """Stop deliveries, settle in-flight work within the grace period, close."""
+    async def _drain(
+        self, consumer: Consumer, lane: PublishLane, connection: RelayConnection, *, grace_s: float
+    ) -> None:
+        """Stop deliveries, settle in-flight work within the grace period, close.
+
+        While the broker blocks the connection it reads nothing, so a cancel would only
+        wait for its bound: the held deliveries are let go at once (they publish nothing
+        while blocked) and the channels are left to the connection's close.
+        """
         state = self.state
         deadline = asyncio.get_running_loop().time() + grace_s
-        await channel.cancel(self._consumer_tag)
+        is_blocked = blocked_reason(connection) is not None
+        if not is_blocked:
+            await consumer.cancel(self._consumer_tag)
         extra = {"route": self.route.name, "in_flight": state.in_flight}
         log.info(
             "route %s draining %d in-flight messages", self.route.name, state.in_flight, extra=extra
@@ -219,14 +355,44 @@ class RouteWorker:
                 grace_s,
                 extra=extra,
             )
-        await channel.close()
+        if not is_blocked:
+            await _close_both(consumer, lane)
+
+
+class _Retries:
+    """How one delivery's current plan has been retried so far."""
+
+    __slots__ = ("alone", "attempts", "backoff")
+
+    def __init__(self, *, rng: random.Random) -> None:
+        self.backoff = Backoff(rng=rng)
+        self.attempts = 0  # publishes of this plan the broker held back
+        self.alone = False  # publish on a channel of its own (once a refusal was ambiguous)
+
+    def restart(self) -> None:
+        """Count and back off afresh for a new plan (the quarantine copy); alone stays."""
+        self.attempts = 0
+        self.backoff.reset()
+
+
+async def _set_window(throttle: Throttle, prefetch: int) -> None:
+    """Change the consumer's prefetch; a channel gone or a broker silent leaves it as it was."""
+    with contextlib.suppress(ChannelLostError, TimeoutError):
+        async with asyncio.timeout(QOS_TIMEOUT_S):
+            await throttle.qos(prefetch)
+
+
+async def _close_both(consumer: Consumer, lane: PublishLane) -> None:
+    await consumer.close()
+    await lane.close()
 
 
 class Settler:
     """Settles one route's deliveries: plan once, publish until the broker takes it, ack.
 
     The plan and the reading of every broker answer are ``sidecar.settlement``'s; this
-    class does the I/O they call for, on the channel the delivery came on.
+    class does the I/O they call for: publishes on the route's publish lane, the ack (or
+    the reject) on the channel the delivery came on.
     """
 
     def __init__(
@@ -251,6 +417,11 @@ class Settler:
             audit=route.mode is Mode.AUDIT,
             policy=Policy(publishers=route.publishers, origin=route.origin, login=login),
         )
+        self._limits = HoldLimits(
+            consumer_timeout_s=route.limits.consumer_timeout_s,
+            nack_max_attempts=route.limits.nack_max_attempts,
+            nack_max_s=route.limits.nack_max_s,
+        )
         self._quarantine_exchange = quarantine_exchange
         self._login = login
         self._metrics = metrics
@@ -260,34 +431,49 @@ class Settler:
         self._log = log
         self._stop = stop
         self._rng = rng
+        self._lane: PublishLane | None = None
+        self._blockable: Blockable | None = None
+        self._told_no_reject = False
 
-    async def settle(self, channel: Channel, delivery: Delivery) -> None:
+    def attach(self, connection: RelayConnection, lane: PublishLane) -> None:
+        """Publish on ``lane`` from now on, and watch ``connection`` for a broker's block."""
+        self._lane = lane
+        self._blockable = connection if isinstance(connection, Blockable) else None
+
+    async def settle(self, consumer: Consumer, delivery: Delivery) -> None:
         """Settle one delivery: publish what the plan says until the broker takes it, then ack.
 
         The plan is made once. When the broker will not take a copy for now (``Hold``), the
-        delivery is held and retried with its own backoff on this channel: closing the
-        channel would requeue it, and a quorum queue counts every requeue against its
-        delivery limit. A publish without a confirm is never sent twice: its first outcome
-        is awaited however long it takes.
+        delivery is held and retried with its own backoff, bounded by the route's limits:
+        closing its channel would requeue it, and a quorum queue counts every requeue
+        against its delivery limit. A publish without a confirm is never sent twice: its
+        first outcome is awaited however long it takes.
         """
         state, route = self._state, self.route.name
         state.begin()
         started = self._clock.monotonic()
         held = HeldDelivery(state)
         try:
-            outcome = await self._carry_out(channel, delivery, self._plan(delivery), held)
-            if outcome is not None and await channel.ack(delivery.delivery_tag):
-                self._metrics.observe_message(route, outcome, self._clock.monotonic() - started)
+            lane = self._lane
+            assert lane is not None  # noqa: S101 - attached before consuming starts
+            result = await self._carry_out(consumer, lane, delivery, held, started=started)
+            if isinstance(result, DeadLetter):
+                await self._dead_letter(consumer, delivery, result.reason, held)
+            elif result is not None and await consumer.ack(delivery.delivery_tag):
+                self._metrics.observe_message(route, result, self._clock.monotonic() - started)
                 held.release()
-                state.settled(channel_open=channel.is_open)
+                state.settled()
+        except MissingEntityError as e:
+            # The passive checks of a reopen say when it exists again; till then the
+            # deliveries wait in staging, not here.
+            state.pause(str(e))
+            await consumer.close()
         except ChannelLostError as e:
             log.debug("route %s: delivery left to the broker: %s", route, e)
-        except MissingEntityError as e:
-            state.pause(str(e))
         except Exception:
             log.exception("route %s: a delivery could not be settled", route)
             state.pause("internal error; see the log")
-            await channel.close()  # the broker redelivers it, after the route's backoff
+            await consumer.close()  # the broker redelivers it, after the route's backoff
         finally:
             held.release()
             state.end()
@@ -314,39 +500,115 @@ class Settler:
         return plan
 
     async def _carry_out(
-        self, channel: Channel, delivery: Delivery, plan: Plan, held: HeldDelivery
-    ) -> Outcome | None:
+        self,
+        consumer: Consumer,
+        lane: PublishLane,
+        delivery: Delivery,
+        held: HeldDelivery,
+        *,
+        started: float,
+    ) -> Outcome | DeadLetter | None:
         """Publish what the plan says until the broker takes it; None when we must let go."""
-        backoff: Backoff | None = None
+        plan = self._plan(delivery)
+        retries = _Retries(rng=self._rng)
         while True:
-            decision = await self._attempt(channel, delivery, plan, held)
+            if not await self._unblocked(held):
+                return None  # stopping while blocked: the broker redelivers it
+            decision = await self._attempt(lane, delivery, plan, held, alone=retries.alone)
+            after: Wait | Quarantine | DeadLetter | None
             match decision:
                 case Done(outcome=outcome):
                     if isinstance(plan, Quarantine):
                         self._log.quarantined(plan.reason, delivery, now=self._clock.monotonic())
                     return outcome
-                case Quarantine():
-                    plan = decision  # returned, unwritable or a bug: the original goes there
-                case Hold(reason=reason):
-                    held.take(reason)
-                    backoff = backoff or Backoff(rng=self._rng)
-                    await sleep_unless(self._stop, backoff.next_delay())
-                    if self._stop.is_set() or not channel.is_open:
-                        return None  # the broker redelivers it
+                case Alone():
+                    after = self._alone(decision, retries)
+                case Hold():
+                    held.take(decision.reason)
+                    after = await self._hold(consumer, decision, plan, retries, started=started)
                 case _:
-                    assert_never(decision)
+                    after = decision
+            match after:
+                case Wait():
+                    continue
+                case Quarantine():
+                    plan = after
+                    retries.restart()
+                case DeadLetter() | None:
+                    return after
+                case _:
+                    assert_never(after)
+
+    def _alone(self, alone: Alone, retries: _Retries) -> Wait:
+        """Publish the same plan again at once, alone on a channel of its own."""
+        retries.alone = True
+        if alone.may_duplicate:
+            self._metrics.count_retried_copy(self.route.name)
+        return Wait(0.0)
+
+    async def _hold(
+        self, consumer: Consumer, hold: Hold, plan: Plan, retries: _Retries, *, started: float
+    ) -> Wait | Quarantine | DeadLetter | None:
+        """Wait before the plan is published again, or say where the delivery goes instead.
+
+        None: let it go (a stop, or the broker took the channel it came on away).
+        """
+        retries.attempts += 1
+        after = after_hold(
+            hold,
+            plan,
+            attempts=retries.attempts,
+            held_s=self._clock.monotonic() - started,
+            delay_s=retries.backoff.next_delay(),
+            limits=self._limits,
+        )
+        if isinstance(after, Wait):
+            await sleep_unless(self._stop, after.delay_s)
+            if self._stop.is_set() or not consumer.is_open:
+                return None  # the broker redelivers it
+            if hold.may_duplicate:
+                self._metrics.count_retried_copy(self.route.name)
+        return after
+
+    async def _unblocked(self, held: HeldDelivery) -> bool:
+        """Wait while the broker blocks the connection; False when a stop comes first.
+
+        Nothing new is published while blocked: a copy written then would sit in the
+        socket and might reach the broker after a SIGTERM gave its delivery back.
+        """
+        connection = self._blockable
+        if connection is None:
+            return True
+        reason = connection.blocked_reason
+        if reason is None:
+            return True
+        held.take(blocked(reason))
+        await first_of(connection.wait_unblocked(), self._stop.wait())
+        return not self._stop.is_set()
 
     async def _attempt(
-        self, channel: Channel, delivery: Delivery, plan: Plan, held: HeldDelivery
+        self, lane: PublishLane, delivery: Delivery, plan: Plan, held: HeldDelivery, *, alone: bool
     ) -> Decision:
         """Publish the plan once; return what settlement makes of the broker's answer."""
+        exchange = (
+            self._quarantine_exchange if isinstance(plan, Quarantine) else self.route.exchange
+        )
         try:
-            if isinstance(plan, Quarantine):
-                published = await self._publish_quarantine(channel, delivery, plan.reason, held)
+            if alone:
+                async with lane.alone() as publisher:
+                    published = await self._publish_plan(publisher, delivery, plan, held)
             else:
-                published = await self._publish_copy(channel, delivery, plan, held)
-        except (ChannelLostError, MissingEntityError):
+                published = await self._publish_plan(await lane.publisher(), delivery, plan, held)
+        except MissingEntityError:
             raise
+        except ChannelClosedError as e:
+            return after_refusal(e.code, e.text, plan, alone=alone, exchange=exchange)
+        except ChannelLostError:
+            if self._stop.is_set() or not lane.connection_open:
+                raise
+            # The shared channel was closed by another publish's refusal before or while
+            # this one went out: it may have been routed, or not.
+            return Hold("the publish channel closed; retrying on a new one", may_duplicate=True)
         except (WireError, ValueError, TypeError) as e:
             if isinstance(plan, Quarantine):
                 raise
@@ -364,22 +626,28 @@ class Settler:
             route=self.route.name,
         )
 
-    async def _publish_copy(
-        self, channel: Channel, delivery: Delivery, copy: Copy, held: HeldDelivery
+    async def _publish_plan(
+        self, publisher: Publisher, delivery: Delivery, plan: Plan, held: HeldDelivery
     ) -> PublishOutcome:
-        return await self._publish(
-            channel,
-            delivery,
-            exchange=self.route.exchange,
-            routing_key=copy.routing_key,
-            properties=copy.properties,
-            headers=copy.headers,
-            held=held,
-            content_header=copy.content_header,
-        )
+        match plan:
+            case Quarantine(reason=reason):
+                return await self._publish_quarantine(publisher, delivery, reason, held)
+            case Copy():
+                return await self._publish(
+                    publisher,
+                    delivery,
+                    exchange=self.route.exchange,
+                    routing_key=plan.routing_key,
+                    properties=plan.properties,
+                    headers=plan.headers,
+                    held=held,
+                    content_header=plan.content_header,
+                )
+            case _:
+                assert_never(plan)
 
     async def _publish_quarantine(
-        self, channel: Channel, delivery: Delivery, reason: str, held: HeldDelivery
+        self, publisher: Publisher, delivery: Delivery, reason: str, held: HeldDelivery
     ) -> PublishOutcome:
         """Publish the original to quarantine; without its headers if they cannot be written.
 
@@ -394,7 +662,7 @@ class Settler:
 
         async def publish(headers: dict[str, FieldValue]) -> PublishOutcome:
             return await self._publish(
-                channel,
+                publisher,
                 delivery,
                 exchange=self._quarantine_exchange,
                 routing_key=self.route.name,
@@ -419,7 +687,7 @@ class Settler:
 
     async def _publish(
         self,
-        channel: Channel,
+        publisher: Publisher,
         delivery: Delivery,
         *,
         exchange: str,
@@ -430,7 +698,7 @@ class Settler:
         content_header: bytes | None = None,
     ) -> PublishOutcome:
         """Publish a copy of the delivery's body; a confirm slower than the limit holds it."""
-        return await channel.publish(
+        return await publisher.publish(
             delivery.body,
             exchange=exchange,
             routing_key=routing_key,
@@ -440,3 +708,43 @@ class Settler:
             on_slow=lambda: held.take(slow_confirm(exchange, limit_s=CONFIRM_TIMEOUT_S)),
             content_header=content_header,
         )
+
+    async def _dead_letter(
+        self, consumer: Consumer, delivery: Delivery, reason: str, held: HeldDelivery
+    ) -> None:
+        """Reject a delivery nothing takes (requeue=false): the broker dead-letters it.
+
+        Logged at error with the reason and counted, never silent. With a client that
+        cannot reject, the delivery is held until the broker takes it back.
+        """
+        route = self.route.name
+        extra = {
+            "route": route,
+            "message_id": delivery.properties.get("message_id"),
+            "queue": self.route.queue,
+        }
+        if isinstance(consumer, Rejecter):
+            if await consumer.reject(delivery.delivery_tag, requeue=False):
+                self._metrics.count_dead_lettered(route)
+                log.error(
+                    "route %s rejected a message to the dead-letter exchange of queue %s"
+                    " (dropped by the broker if it has none): %s",
+                    route,
+                    self.route.queue,
+                    reason,
+                    extra=extra,
+                )
+            return
+        if not self._told_no_reject:
+            self._told_no_reject = True
+            log.error(
+                "route %s cannot reject a message nothing takes (the AMQP client has no"
+                " basic.reject); it stays held until the broker's consumer_timeout returns"
+                " it to queue %s: %s",
+                route,
+                self.route.queue,
+                reason,
+                extra=extra,
+            )
+        held.take(reason)
+        await first_of(consumer.wait_closed(), self._stop.wait())

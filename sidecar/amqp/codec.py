@@ -215,9 +215,13 @@ class ChannelFlow:
 
 @dataclass(frozen=True, slots=True)
 class Reply:
-    """Any other method: the reply to a request, matched by its name."""
+    """Any other method: the reply to a request, matched by its name.
+
+    ``counts`` is a ``queue.declare-ok``'s (messages ready, consumers); None for the rest.
+    """
 
     name: str
+    counts: tuple[int, int] | None = None
 
 
 Control = ChannelClose | ChannelCloseOk | ChannelFlow | Reply
@@ -235,4 +239,6 @@ def decode_control(frame: bytes) -> Control:
         return ChannelCloseOk()
     if isinstance(method, spec.Channel.Flow):
         return ChannelFlow(active=bool(method.active))
+    if isinstance(method, spec.Queue.DeclareOk):
+        return Reply(method.name, (method.message_count or 0, method.consumer_count or 0))
     return Reply(method.name)

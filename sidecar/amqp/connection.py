@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from sidecar.amqp import codec
@@ -30,9 +31,17 @@ if TYPE_CHECKING:
 
     from sidecar.address import BrokerAddress
 
-__all__ = ["Connection", "connect"]
+__all__ = ["Connection", "QueueCounts", "connect"]
 
 CLIENT_NAME: Final = "acemq-sidecar"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueCounts:
+    """A queue's counts at one moment, as a passive ``queue.declare`` reports them."""
+
+    messages: int  # ready: not counting deliveries unacked on some channel
+    consumers: int
 
 
 class Connection:
@@ -134,6 +143,23 @@ class Connection:
                 async with asyncio.timeout(CLOSE_TIMEOUT_S):
                     await asyncio.shield(self._control.close_ok)
         link.abort(BrokerConnectionError("closed by the sidecar"))
+
+    async def declare_passive(self, name: str) -> QueueCounts:
+        """Return a queue's counts from a passive declare; raise MissingEntityError if none.
+
+        ``messages`` is what is ready now: deliveries unacked on a channel are not in it.
+        """
+        channel = await self._open()  # a 404 closes the channel: a scratch one, as _check
+        try:
+            reply = await channel.rpc(codec.queue_declare_passive(name))
+        except ChannelClosedError as e:
+            if e.code == NOT_FOUND:
+                raise MissingEntityError(kind="queue", name=name) from e
+            raise ChannelLostError(f"checking queue {name!r} failed: {e}") from e
+        finally:
+            await channel.close()
+        messages, consumers = reply.counts or (0, 0)
+        return QueueCounts(messages=messages, consumers=consumers)
 
 
 async def connect(

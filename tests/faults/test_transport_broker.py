@@ -51,7 +51,7 @@ ERROR_HEADER = "x-acemq-error"
 @pytest.fixture(scope="module")
 def frames_node() -> Iterator[PrivateNode]:
     """A node whose frame size is 1 MiB, eight times RabbitMQ's default."""
-    with private_node(FRAME_NODE, config=f"frame_max = {BROKER_FRAME_MAX}\n") as started:
+    with private_node(FRAME_NODE, conf=f"frame_max = {BROKER_FRAME_MAX}\n") as started:
         yield started
 
 
@@ -228,7 +228,7 @@ async def test_blocked_is_reported_with_the_brokers_reason_and_heartbeats_keep_t
 @pytest.fixture(scope="module")
 def amqplain_node() -> Iterator[PrivateNode]:
     """A node that offers AMQPLAIN only."""
-    with private_node(AUTH_NODE, config="auth_mechanisms.1 = AMQPLAIN\n") as started:
+    with private_node(AUTH_NODE, conf="auth_mechanisms.1 = AMQPLAIN\n") as started:
         yield started
 
 
