@@ -184,6 +184,26 @@ class Channel(ChannelLife):
         self._acks.ack(delivery_tag)
         return True
 
+    async def reject(self, delivery_tag: int, *, requeue: bool) -> bool:
+        """Reject one delivery (``requeue=False``: to the queue's dead-letter exchange).
+
+        False when the channel is not open: the broker redelivers it then. The acks made
+        before it in this turn still leave at its end; none of them covers this delivery.
+        """
+        if not self.is_open:
+            return False
+        self._acks.forget(delivery_tag)
+        self._link.write(codec.basic_reject(self.number, delivery_tag, requeue=requeue))
+        return True
+
+    async def qos(self, prefetch: int) -> None:
+        """Set the channel-wide prefetch count while consuming; it applies from now on.
+
+        Channel-wide (AMQP's ``global``): RabbitMQ applies it at once to the running
+        consumer, alongside the per-consumer count the channel was opened with.
+        """
+        await self.rpc(codec.basic_qos(prefetch, channel_wide=True))
+
     def _before_close(self) -> None:
         self._acks.flush()  # the acks already made leave before the close
 

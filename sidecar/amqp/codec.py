@@ -42,6 +42,7 @@ __all__ = [
     "basic_cancel",
     "basic_consume",
     "basic_qos",
+    "basic_reject",
     "channel_close",
     "channel_close_ok",
     "channel_flow_ok",
@@ -149,9 +150,13 @@ def confirm_select() -> Request:
     return _request(spec.Confirm.Select())
 
 
-def basic_qos(prefetch_count: int) -> Request:
-    """Return ``basic.qos``: at most this many unacked deliveries on the channel."""
-    return _request(spec.Basic.Qos(prefetch_count=prefetch_count))
+def basic_qos(prefetch_count: int, *, channel_wide: bool = False) -> Request:
+    """Return ``basic.qos``: at most this many unacked deliveries per consumer.
+
+    ``channel_wide`` (AMQP's ``global``): for the whole channel, which RabbitMQ applies at
+    once to a consumer already running (a per-consumer one only to consumers started after).
+    """
+    return _request(spec.Basic.Qos(prefetch_count=prefetch_count, global_=channel_wide))
 
 
 def basic_consume(queue: str, *, consumer_tag: str) -> Request:
@@ -172,6 +177,13 @@ def queue_declare_passive(name: str) -> Request:
 def exchange_declare_passive(name: str) -> Request:
     """Return a passive ``exchange.declare``: a check, which closes the channel with 404."""
     return _request(spec.Exchange.Declare(exchange=name, passive=True))
+
+
+def basic_reject(channel: int, delivery_tag: int, *, requeue: bool) -> bytes:
+    """Return a ``basic.reject`` frame: the broker requeues or dead-letters the delivery."""
+    return pamqp_frame.marshal(
+        spec.Basic.Reject(delivery_tag=delivery_tag, requeue=requeue), channel
+    )
 
 
 def channel_close(channel: int) -> bytes:

@@ -300,3 +300,33 @@ async def test_a_received_content_header_over_the_frame_size_is_refused_before_s
             content_header=b"\x00" * 131_065,
         )
     assert len(link.written) == written
+
+
+async def test_a_rejected_delivery_leaves_as_basic_reject_and_no_ack_covers_it() -> None:
+    """requeue=False sends it to the dead-letter exchange; the acks around it still batch."""
+    link = FakeLink()
+    channel, _ = await consuming(link)
+    for tag in (1, 2, 3):
+        deliver(channel, tag)
+    await asyncio.sleep(0)
+    assert await channel.reject(2, requeue=False)
+    assert await channel.ack(1)
+    assert await channel.ack(3)
+    await asyncio.sleep(0)
+    (reject,) = [m for m in link.methods() if m.name == "Basic.Reject"]
+    assert (reject.delivery_tag, reject.requeue) == (2, False)
+    assert link.acks() == [(3, True)]  # 1 and 3 in one, the rejected 2 no longer waited for
+    await channel.close()
+    assert not await channel.reject(3, requeue=True)  # a closed channel: the broker redelivers
+
+
+async def test_qos_while_consuming_is_channel_wide() -> None:
+    """RabbitMQ applies a per-consumer prefetch only to later consumers; global=true at once."""
+    link = FakeLink()
+    channel, _ = await consuming(link)
+    setting = asyncio.create_task(channel.qos(7))
+    await asyncio.sleep(0)
+    qos = link.methods()[-1]
+    assert (qos.name, qos.prefetch_count, qos.global_) == ("Basic.Qos", 7, True)
+    control(channel, spec.Basic.QosOk())
+    await setting

@@ -97,7 +97,7 @@ async def test_a_content_header_over_the_agreed_frame_size_is_read_not_fatal() -
     async with ScriptedBroker(frame_max=1_048_576) as server:
         connection = await connected(server.url(query="frame_max=131072"))
         channel, got = await consuming(connection)
-        big = {"x-big": "b" * 300_000, ID: "id-1"}
+        big: dict[str, Any] = {"x-big": "b" * 300_000, ID: "id-1"}
         properties = spec.Basic.Properties(message_id="m1", headers=big)
         server.send_content(deliver(1), channel=1, body=b"body", properties=properties)
         async with asyncio.timeout(BOUND_S):
@@ -397,7 +397,7 @@ async def test_a_return_with_a_header_added_on_the_way_still_matches_its_publish
         second = publishing(channel, b"same", {ID: "id-2"})
         async with asyncio.timeout(BOUND_S):
             outcomes = await asyncio.gather(first, second)
-        assert outcomes == [PublishOutcome.CONFIRMED, PublishOutcome.RETURNED]
+        assert list(outcomes) == [PublishOutcome.CONFIRMED, PublishOutcome.RETURNED]
         assert channel.is_open
         await connection.close()
 
@@ -406,7 +406,7 @@ def content_aware(server: ScriptedBroker, answer: Any) -> Any:
     """Let an on_publish answer include a content (method's properties and body) to send."""
 
     def wrapped(channel: int, tag: int, method: Any, header: Any, body: bytes) -> list[Any]:
-        out = []
+        out: list[tuple[int, Any]] = []
         for number, frame in answer(channel, tag, method, header, body):
             if isinstance(frame, tuple):  # ("content", properties, body) after its method
                 _, properties, content = frame
