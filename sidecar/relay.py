@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 import random
-from typing import TYPE_CHECKING, Protocol, assert_never, runtime_checkable
+from typing import TYPE_CHECKING, assert_never
 
 from sidecar.amqp import ChannelClosedError, ChannelLostError, MissingEntityError
 from sidecar.backoff import Backoff
@@ -69,12 +69,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CONFIRM_TIMEOUT_S",
-    "Blockable",
-    "Rejecter",
     "RouteWorker",
     "Settler",
-    "Throttle",
-    "blocked_reason",
 ]
 
 log = logging.getLogger(__name__)
@@ -82,45 +78,6 @@ log = logging.getLogger(__name__)
 CONFIRM_TIMEOUT_S = 30.0  # after this a publish without a confirm is reported, not resent
 QOS_TIMEOUT_S = 5.0  # a basic.qos the broker does not answer (an alarm) is given up
 HEALTHY_CHANNEL_S = 30.0  # a channel that lived this long resets the reopen backoff
-
-
-# --- what the relay uses of the client where the client offers it --------------------------
-
-
-@runtime_checkable
-class Blockable(Protocol):
-    """A connection that says when the broker blocked it (``connection.blocked``)."""
-
-    @property
-    def blocked_reason(self) -> str | None:
-        """The broker's reason while it blocks the connection's publishes, else None."""
-        ...
-
-    async def wait_unblocked(self) -> None:
-        """Return once the broker unblocks the connection (at once when it is not blocked)."""
-        ...
-
-
-@runtime_checkable
-class Rejecter(Protocol):
-    """A consumer channel that can reject a delivery (``basic.reject``)."""
-
-    async def reject(self, delivery_tag: int, *, requeue: bool) -> bool:
-        """Reject one delivery; False when the channel is gone (the broker redelivers it)."""
-        ...
-
-
-@runtime_checkable
-class Throttle(Protocol):
-    """A consumer channel whose prefetch can change while it consumes (``basic.qos``).
-
-    It must be the channel-wide limit (``global=true``): RabbitMQ applies a per-consumer
-    prefetch only to consumers started after it, the channel-wide one at once.
-    """
-
-    async def qos(self, prefetch: int) -> None:
-        """Set the channel-wide prefetch count; it applies to deliveries from now on."""
-        ...
 
 
 class InFlightWindow:
@@ -154,13 +111,6 @@ class InFlightWindow:
             return None
         self.current = window
         return window
-
-
-def blocked_reason(connection: object) -> str | None:
-    """Return why the broker blocks ``connection``, or None (also for a client that cannot say)."""
-    if isinstance(connection, Blockable):
-        return connection.blocked_reason
-    return None
 
 
 class RouteWorker:
@@ -295,17 +245,15 @@ class RouteWorker:
             await lane.close()
             raise
         settler, window = self._settler, self._window
-        throttle = consumer if isinstance(consumer, Throttle) else None
-        if throttle is not None:
-            try:
-                await throttle.qos(window.start())
-            except BaseException:
-                await _close_both(consumer, lane)
-                raise
+        try:
+            await consumer.qos(window.start())
+        except BaseException:
+            await _close_both(consumer, lane)
+            raise
 
         async def on_delivery(delivery: Delivery) -> None:
-            if throttle is not None and (size := window.note(len(delivery.body))) is not None:
-                await _set_window(throttle, size)
+            if (size := window.note(len(delivery.body))) is not None:
+                await _set_window(consumer, size)
             await settler.settle(consumer, delivery)
 
         settler.attach(connection, lane)
@@ -336,7 +284,7 @@ class RouteWorker:
         """
         state = self.state
         deadline = asyncio.get_running_loop().time() + grace_s
-        is_blocked = blocked_reason(connection) is not None
+        is_blocked = connection.blocked_reason is not None
         if not is_blocked:
             await consumer.cancel(self._consumer_tag)
         extra = {"route": self.route.name, "in_flight": state.in_flight}
@@ -375,11 +323,11 @@ class _Retries:
         self.backoff.reset()
 
 
-async def _set_window(throttle: Throttle, prefetch: int) -> None:
+async def _set_window(consumer: Consumer, prefetch: int) -> None:
     """Change the consumer's prefetch; a channel gone or a broker silent leaves it as it was."""
     with contextlib.suppress(ChannelLostError, TimeoutError):
         async with asyncio.timeout(QOS_TIMEOUT_S):
-            await throttle.qos(prefetch)
+            await consumer.qos(prefetch)
 
 
 async def _close_both(consumer: Consumer, lane: PublishLane) -> None:
@@ -432,13 +380,12 @@ class Settler:
         self._stop = stop
         self._rng = rng
         self._lane: PublishLane | None = None
-        self._blockable: Blockable | None = None
-        self._told_no_reject = False
+        self._connection: RelayConnection | None = None
 
     def attach(self, connection: RelayConnection, lane: PublishLane) -> None:
         """Publish on ``lane`` from now on, and watch ``connection`` for a broker's block."""
         self._lane = lane
-        self._blockable = connection if isinstance(connection, Blockable) else None
+        self._connection = connection
 
     async def settle(self, consumer: Consumer, delivery: Delivery) -> None:
         """Settle one delivery: publish what the plan says until the broker takes it, then ack.
@@ -458,7 +405,7 @@ class Settler:
             assert lane is not None  # noqa: S101 - attached before consuming starts
             result = await self._carry_out(consumer, lane, delivery, held, started=started)
             if isinstance(result, DeadLetter):
-                await self._dead_letter(consumer, delivery, result.reason, held)
+                await self._dead_letter(consumer, delivery, result.reason)
             elif result is not None and await consumer.ack(delivery.delivery_tag):
                 self._metrics.observe_message(route, result, self._clock.monotonic() - started)
                 held.release()
@@ -576,7 +523,7 @@ class Settler:
         Nothing new is published while blocked: a copy written then would sit in the
         socket and might reach the broker after a SIGTERM gave its delivery back.
         """
-        connection = self._blockable
+        connection = self._connection
         if connection is None:
             return True
         reason = connection.blocked_reason
@@ -709,13 +656,11 @@ class Settler:
             content_header=content_header,
         )
 
-    async def _dead_letter(
-        self, consumer: Consumer, delivery: Delivery, reason: str, held: HeldDelivery
-    ) -> None:
+    async def _dead_letter(self, consumer: Consumer, delivery: Delivery, reason: str) -> None:
         """Reject a delivery nothing takes (requeue=false): the broker dead-letters it.
 
-        Logged at error with the reason and counted, never silent. With a client that
-        cannot reject, the delivery is held until the broker takes it back.
+        Logged at error with the reason and counted, never silent. A channel already gone
+        rejects nothing: the broker then redelivers the delivery.
         """
         route = self.route.name
         extra = {
@@ -723,28 +668,13 @@ class Settler:
             "message_id": delivery.properties.get("message_id"),
             "queue": self.route.queue,
         }
-        if isinstance(consumer, Rejecter):
-            if await consumer.reject(delivery.delivery_tag, requeue=False):
-                self._metrics.count_dead_lettered(route)
-                log.error(
-                    "route %s rejected a message to the dead-letter exchange of queue %s"
-                    " (dropped by the broker if it has none): %s",
-                    route,
-                    self.route.queue,
-                    reason,
-                    extra=extra,
-                )
-            return
-        if not self._told_no_reject:
-            self._told_no_reject = True
+        if await consumer.reject(delivery.delivery_tag, requeue=False):
+            self._metrics.count_dead_lettered(route)
             log.error(
-                "route %s cannot reject a message nothing takes (the AMQP client has no"
-                " basic.reject); it stays held until the broker's consumer_timeout returns"
-                " it to queue %s: %s",
+                "route %s rejected a message to the dead-letter exchange of queue %s"
+                " (dropped by the broker if it has none): %s",
                 route,
                 self.route.queue,
                 reason,
                 extra=extra,
             )
-        held.take(reason)
-        await first_of(consumer.wait_closed(), self._stop.wait())

@@ -21,7 +21,7 @@ from sidecar.contract import CONTRACT_VERSION
 from sidecar.errors import BrokerAddressError, ConfigError, TlsFileError
 from sidecar.health import HealthServer, Probe
 from sidecar.metrics import Metrics, ReloadResult
-from sidecar.relay import RouteWorker, blocked_reason
+from sidecar.relay import RouteWorker
 from sidecar.reload_plan import plan_reload
 from sidecar.route_files import load_config
 from sidecar.tls import client_context
@@ -135,7 +135,7 @@ class Service:
     def _blocked_reason(self) -> str | None:
         """Return the broker's reason while it blocks the open connection (from any thread)."""
         connection = self._connection
-        return None if connection is None else blocked_reason(connection)
+        return None if connection is None else connection.blocked_reason
 
     def readiness(self) -> Probe:
         """Ready when connected, not blocked by the broker, and every route of the map consumes.

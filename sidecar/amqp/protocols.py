@@ -77,6 +77,14 @@ class Consumer(Protocol):
         """Ack one delivery; False when the channel is gone (the broker redelivers it)."""
         ...
 
+    async def reject(self, delivery_tag: int, *, requeue: bool) -> bool:
+        """Reject one delivery (``basic.reject``); False when the channel is gone."""
+        ...
+
+    async def qos(self, prefetch: int) -> None:
+        """Set the channel-wide prefetch (``global``): it applies at once, while consuming."""
+        ...
+
     async def wait_closed(self) -> str:
         """Return why, once the channel closes or the broker cancels the consumer."""
         ...

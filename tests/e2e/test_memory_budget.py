@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.amqp import Channel
 from tests.e2e.conftest import (
     ID_HEADER,
     Sidecar,
@@ -43,11 +42,6 @@ def peak_rss_mib(pid: int) -> float:
     raise AssertionError(f"no VmHWM in /proc/{pid}/status")
 
 
-@pytest.mark.xfail(
-    not hasattr(Channel, "qos"),
-    strict=True,
-    reason="needs Channel.qos(prefetch) from the AMQP client (basic.qos while consuming)",
-)
 async def test_large_messages_stay_within_the_byte_budget(broker: Broker, sidecar: Sidecar) -> None:
     """40 x 5 MiB at prefetch 512 and a 16 MiB budget: peak RSS under 2 x budget + 100 MiB."""
     flow = await declare_flow(broker, "big")

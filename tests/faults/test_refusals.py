@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from pamqp.commands import Basic
 
-from sidecar.amqp import Channel, Connection
 from tests.e2e.conftest import (
     ID_HEADER,
     Sidecar,
@@ -43,12 +42,6 @@ CONSUMER_TIMEOUT_MS = 5000
 NODE_CONF = f"consumer_timeout = {CONSUMER_TIMEOUT_MS}\n"
 NODE_ADVANCED = "[{rabbit, [{channel_tick_interval, 1000}]}]."
 SETTLE_TIMEOUT_S = 90.0
-NO_REJECT = not hasattr(Channel, "reject")
-NEEDS_REJECT = pytest.mark.xfail(
-    NO_REJECT,
-    strict=True,
-    reason="needs Channel.reject(delivery_tag, *, requeue) from the AMQP client (basic.reject)",
-)
 
 
 @pytest.fixture(scope="module")
@@ -257,7 +250,6 @@ async def test_a_message_above_max_message_size_does_not_stall_the_others(
         await node.ctl.run("eval", "application:set_env(rabbit, max_message_size, 134217728).")
 
 
-@NEEDS_REJECT
 async def test_a_message_no_copy_of_which_the_broker_accepts_is_dead_lettered(
     nb: Broker, sidecar_on_node: Sidecar, node: PrivateNode
 ) -> None:
@@ -340,7 +332,6 @@ async def test_a_copy_the_target_keeps_nacking_is_quarantined_before_the_consume
     report("held past consumer_timeout (target nacks)", messages=len(ids), lost=0)
 
 
-@NEEDS_REJECT
 async def test_a_held_quarantine_is_dead_lettered_before_the_consumer_timeout(
     nb: Broker, sidecar_on_node: Sidecar
 ) -> None:
@@ -454,11 +445,6 @@ async def test_a_nacked_copy_is_retried_a_bounded_number_of_times_and_counted(
     )
 
 
-@pytest.mark.xfail(
-    not hasattr(Connection, "blocked_reason"),
-    strict=True,
-    reason="needs Connection.blocked_reason and wait_unblocked() from the AMQP client",
-)
 async def test_while_the_broker_blocks_nothing_is_published_and_sigterm_settles_in_time(
     nb: Broker, sidecar_on_node: Sidecar, node: PrivateNode
 ) -> None:
