@@ -100,6 +100,7 @@ class OneChannelConnection:
     """A connection whose every channel is the one fake: it publishes and acks alike."""
 
     channel_: FakeChannel
+    blocked_reason: str | None = None
 
     @property
     def is_open(self) -> bool:
