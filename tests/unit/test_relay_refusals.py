@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from sidecar import relay
+from sidecar import settler as settler_module
 from sidecar.amqp import (
     ChannelClosedError,
     ChannelLostError,
@@ -30,10 +30,10 @@ from sidecar.contract import ERROR
 from sidecar.delivery import Delivery, PublishOutcome
 from sidecar.metrics import Metrics
 from sidecar.publish_lane import PublishLane
-from sidecar.relay import Settler
 from sidecar.route_log import RouteLog
 from sidecar.route_state import RouteState
 from sidecar.routes import Mode, Publishers, Route, RouteLimits
+from sidecar.settler import Settler
 from sidecar.wire import Int32, Int64
 
 QUARANTINE = "acemq.quarantine"
@@ -224,7 +224,7 @@ def fake_time(monkeypatch: pytest.MonkeyPatch) -> list[float]:
         await asyncio.sleep(0)
         del stop
 
-    monkeypatch.setattr(relay, "sleep_unless", sleep_unless)
+    monkeypatch.setattr(settler_module, "sleep_unless", sleep_unless)
     return now
 
 

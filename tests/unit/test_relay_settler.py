@@ -23,10 +23,10 @@ from sidecar.delivery import Delivery, PublishOutcome
 from sidecar.errors import WireError
 from sidecar.metrics import Metrics
 from sidecar.publish_lane import PublishLane
-from sidecar.relay import Settler
 from sidecar.route_log import RouteLog
 from sidecar.route_state import RouteState
 from sidecar.routes import Mode, Route
+from sidecar.settler import Settler
 from sidecar.wire import Int32, Int64
 
 QUARANTINE = "acemq.quarantine"
