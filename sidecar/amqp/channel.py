@@ -196,16 +196,6 @@ class Channel(ChannelLife):
         self._link.write(codec.basic_reject(self.number, delivery_tag, requeue=requeue))
         return True
 
-    async def qos(self, prefetch: int, *, channel_wide: bool = False) -> None:
-        """Set the prefetch count of the consumers this channel starts from now on.
-
-        Per consumer by default, which every queue type takes; RabbitMQ applies it to
-        consumers started after it, not to one already running. ``channel_wide`` (AMQP's
-        ``global``) applies at once, but a quorum or stream queue refuses it with 540,
-        which closes the whole connection: only for classic queues.
-        """
-        await self.rpc(codec.basic_qos(prefetch, channel_wide=channel_wide))
-
     def _before_close(self) -> None:
         self._acks.flush()  # the acks already made leave before the close
 

@@ -318,16 +318,3 @@ async def test_a_rejected_delivery_leaves_as_basic_reject_and_no_ack_covers_it()
     assert link.acks() == [(3, True)]  # 1 and 3 in one, the rejected 2 no longer waited for
     await channel.close()
     assert not await channel.reject(3, requeue=True)  # a closed channel: the broker redelivers
-
-
-async def test_qos_is_per_consumer_unless_asked_channel_wide() -> None:
-    """A quorum queue closes the connection (540) on a channel-wide qos: never by default."""
-    link = FakeLink()
-    channel, _ = await consuming(link)
-    for channel_wide in (False, True):
-        setting = asyncio.create_task(channel.qos(7, channel_wide=channel_wide))
-        await asyncio.sleep(0)
-        qos = link.methods()[-1]
-        assert (qos.name, qos.prefetch_count, qos.global_) == ("Basic.Qos", 7, channel_wide)
-        control(channel, spec.Basic.QosOk())
-        await setting
