@@ -196,14 +196,6 @@ class Channel(ChannelLife):
         self._link.write(codec.basic_reject(self.number, delivery_tag, requeue=requeue))
         return True
 
-    async def qos(self, prefetch: int) -> None:
-        """Set the channel-wide prefetch count while consuming; it applies from now on.
-
-        Channel-wide (AMQP's ``global``): RabbitMQ applies it at once to the running
-        consumer, alongside the per-consumer count the channel was opened with.
-        """
-        await self.rpc(codec.basic_qos(prefetch, channel_wide=True))
-
     def _before_close(self) -> None:
         self._acks.flush()  # the acks already made leave before the close
 

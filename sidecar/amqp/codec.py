@@ -150,13 +150,9 @@ def confirm_select() -> Request:
     return _request(spec.Confirm.Select())
 
 
-def basic_qos(prefetch_count: int, *, channel_wide: bool = False) -> Request:
-    """Return ``basic.qos``: at most this many unacked deliveries per consumer.
-
-    ``channel_wide`` (AMQP's ``global``): for the whole channel, which RabbitMQ applies at
-    once to a consumer already running (a per-consumer one only to consumers started after).
-    """
-    return _request(spec.Basic.Qos(prefetch_count=prefetch_count, global_=channel_wide))
+def basic_qos(prefetch_count: int) -> Request:
+    """Return ``basic.qos``: at most this many unacked deliveries on the channel."""
+    return _request(spec.Basic.Qos(prefetch_count=prefetch_count))
 
 
 def basic_consume(queue: str, *, consumer_tag: str) -> Request:

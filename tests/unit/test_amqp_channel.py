@@ -318,15 +318,3 @@ async def test_a_rejected_delivery_leaves_as_basic_reject_and_no_ack_covers_it()
     assert link.acks() == [(3, True)]  # 1 and 3 in one, the rejected 2 no longer waited for
     await channel.close()
     assert not await channel.reject(3, requeue=True)  # a closed channel: the broker redelivers
-
-
-async def test_qos_while_consuming_is_channel_wide() -> None:
-    """RabbitMQ applies a per-consumer prefetch only to later consumers; global=true at once."""
-    link = FakeLink()
-    channel, _ = await consuming(link)
-    setting = asyncio.create_task(channel.qos(7))
-    await asyncio.sleep(0)
-    qos = link.methods()[-1]
-    assert (qos.name, qos.prefetch_count, qos.global_) == ("Basic.Qos", 7, True)
-    control(channel, spec.Basic.QosOk())
-    await setting
