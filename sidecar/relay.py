@@ -16,7 +16,6 @@ requeues nothing. This module only carries decisions out, and keeps the route's 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 from typing import TYPE_CHECKING
@@ -45,7 +44,6 @@ __all__ = ["InFlightWindow", "RouteWorker"]
 
 log = logging.getLogger(__name__)
 
-QOS_TIMEOUT_S = 5.0  # a basic.qos the broker does not answer (an alarm) is given up
 HEALTHY_CHANNEL_S = 30.0  # a channel that lived this long resets the reopen backoff
 
 
@@ -209,20 +207,17 @@ class RouteWorker:
         lane = PublishLane(connection)
         try:
             await lane.open()
-            consumer: Consumer = await connection.channel(prefetch=route.prefetch)
+            # The window the byte budget allows for the largest body seen so far: the client
+            # cannot change a running consumer's prefetch (docs/decisions/0001-amqp-client.md),
+            # so what a channel learns applies from the route's next channel on.
+            consumer: Consumer = await connection.channel(prefetch=self._window.start())
         except BaseException:
             await lane.close()
             raise
         settler, window = self._settler, self._window
-        try:
-            await consumer.qos(window.start())
-        except BaseException:
-            await _close_both(consumer, lane)
-            raise
 
         async def on_delivery(delivery: Delivery) -> None:
-            if (size := window.note(len(delivery.body))) is not None:
-                await _set_window(consumer, size)
+            window.note(len(delivery.body))
             await settler.settle(consumer, delivery)
 
         settler.attach(connection, lane)
@@ -274,13 +269,6 @@ class RouteWorker:
             )
         if not is_blocked:
             await _close_both(consumer, lane)
-
-
-async def _set_window(consumer: Consumer, prefetch: int) -> None:
-    """Change the consumer's prefetch; a channel gone or a broker silent leaves it as it was."""
-    with contextlib.suppress(ChannelLostError, TimeoutError):
-        async with asyncio.timeout(QOS_TIMEOUT_S):
-            await consumer.qos(prefetch)
 
 
 async def _close_both(consumer: Consumer, lane: PublishLane) -> None:

@@ -344,19 +344,17 @@ def after_hold(
     return Wait(max(0.0, min(delay_s, deadline_s - held_s)))
 
 
-START_WINDOW = 1  # in flight before the first delivery says how big messages are
-
-
 def in_flight_window(*, prefetch: int, budget_bytes: int, largest_bytes: int | None) -> int:
     """Return the prefetch that keeps the route's bodies in flight within the byte budget.
 
     RabbitMQ ignores basic.qos prefetch_size, so the count is what bounds bytes: as many
     of the largest body seen so far as the budget holds, at least 1, at most the route's
-    prefetch. Before any delivery (``largest_bytes`` None) one: the broker sends a whole
-    window at once, so the first must not be a window of large messages.
+    prefetch. Before any delivery (``largest_bytes`` None) the route's prefetch: a window
+    applies to a channel from its start (a running consumer's prefetch cannot change on
+    every queue type), so a smaller one first would hold the route to it.
     """
     if largest_bytes is None:
-        return min(prefetch, START_WINDOW)
+        return prefetch
     return max(1, min(prefetch, budget_bytes // max(1, largest_bytes)))
 
 

@@ -81,10 +81,6 @@ class Consumer(Protocol):
         """Reject one delivery (``basic.reject``); False when the channel is gone."""
         ...
 
-    async def qos(self, prefetch: int) -> None:
-        """Set the channel-wide prefetch (``global``): it applies at once, while consuming."""
-        ...
-
     async def wait_closed(self) -> str:
         """Return why, once the channel closes or the broker cancels the consumer."""
         ...

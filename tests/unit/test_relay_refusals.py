@@ -132,10 +132,6 @@ class FakeConsumer:
         self.rejected.append((delivery_tag, requeue))
         return True
 
-    async def qos(self, prefetch: int) -> None:
-        """Unused here."""
-        raise NotImplementedError
-
     async def wait_closed(self) -> str:
         """Return once the broker took the channel away."""
         await self.ended.wait()

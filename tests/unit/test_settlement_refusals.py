@@ -182,8 +182,8 @@ def test_the_blocked_reason_quotes_the_broker() -> None:
 
 
 WINDOWS = [
-    # Before any delivery: one, so a first burst of large messages cannot be a window.
-    (512, 64 * 2**20, None, 1),
+    # Before any delivery: the route's prefetch (a window applies from a channel's start).
+    (512, 64 * 2**20, None, 512),
     # 1 KiB messages: the route's prefetch.
     (512, 64 * 2**20, 1024, 512),
     # 5 MiB messages under a 64 MiB budget: 12 in flight.
@@ -219,8 +219,8 @@ def test_the_window_is_within_one_and_prefetch_and_the_budget(
 def test_a_routes_window_shrinks_as_larger_messages_arrive() -> None:
     """It changes only when a larger body comes, and starts a new channel where it left off."""
     window = InFlightWindow(prefetch=512, budget_bytes=64 * 2**20)
-    assert window.start() == 1
-    assert window.note(1024) == 512
+    assert window.start() == 512
+    assert window.note(1024) is None  # the route's prefetch already
     assert window.note(512) is None  # smaller: no change, no basic.qos
     assert window.note(5 * 2**20) == 12
     assert window.note(5 * 2**20) is None
