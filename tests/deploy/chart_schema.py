@@ -52,6 +52,10 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
         "origin": "x-acemq-origin written when a message has none.",
         "mode": "This route's mode, instead of the map's.",
         "prefetch": "This route's prefetch, instead of broker.prefetch.",
+        "single_active_consumer": (
+            "true: the platform declared the queue with x-single-active-consumer, so one"
+            " replica at a time relays it, in order."
+        ),
     },
     "_TargetFile": {
         "exchange": 'The target exchange ("" for the default exchange).',
@@ -82,13 +86,14 @@ def _rewrite(node: Any) -> Any:
 def chart_route_map_schema(source: dict[str, Any]) -> dict[str, Any]:
     """Return the schema of ``routeMap`` in the chart's values, from the route map's schema.
 
-    The chart owns broker.url (always ``${AMQP_URL}``, from a Secret; so no url_file
-    either) and broker.tls (the mounted files), so values may not set them; and a route
-    map needs a route.
+    The chart owns broker.url (always ``${AMQP_URL}``, from a Secret; so no urls or
+    url_file either: behind one Service, one URL) and broker.tls (the mounted files), so
+    values may not set them; and a route map needs a route.
     """
     schema = copy.deepcopy(source)
     broker = schema["$defs"]["_BrokerFile"]
     del broker["properties"]["url"]
+    del broker["properties"]["urls"]
     del broker["properties"]["url_file"]
     del broker["properties"]["tls"]
     del schema["$defs"]["_TlsFile"]
