@@ -9,6 +9,7 @@ bytes, which no ``message_id`` can carry.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
 import subprocess
@@ -168,13 +169,20 @@ def route_map(topo: Topology, *, port: int, prefetch: int | None) -> str:
 
 
 @asynccontextmanager
-async def sidecar(topo: Topology, *, prefetch: int | None = None) -> AsyncIterator[int]:
-    """Run ``acemq-sidecar run`` (as users run it) on the topology; yield its pid."""
+async def sidecar(
+    topo: Topology, *, prefetch: int | None = None, cpus: str | None = None
+) -> AsyncIterator[int]:
+    """Run ``acemq-sidecar run`` (as users run it) on the topology; yield its pid.
+
+    ``cpus``: a ``taskset -c`` core list to start it on (its threads inherit it).
+    """
     port = free_port()
     path = Path(tempfile.mkdtemp()) / "bench.yaml"
     path.write_text(route_map(topo, port=port, prefetch=prefetch))
     command = [str(Path(sys.executable).with_name("acemq-sidecar")), "run", "--config", str(path)]
     env = {**os.environ, "ACEMQ_LOG_LEVEL": "WARNING"}
+    if cpus is not None:
+        command = ["taskset", "-c", cpus, *command]  # taskset execs the command: same pid
     process = subprocess.Popen(command, env=env)
     try:
         yield process.pid
@@ -183,3 +191,41 @@ async def sidecar(topo: Topology, *, prefetch: int | None = None) -> AsyncIterat
         process.wait(timeout=60)
         if process.returncode != 0:
             sys.exit(f"the sidecar exited with status {process.returncode}")
+
+
+SHOVEL_PREFETCH = 512
+
+
+@asynccontextmanager
+async def shovel(topo: Topology) -> AsyncIterator[None]:
+    """Run the shovel plugin (ack-mode on-confirm) from the staging queue to the target.
+
+    The parameter is set in a thread while the caller waits for its consumer to attach
+    (rabbitmqctl takes a second or two), and cleared afterwards.
+    """
+    name = f"bench-{uuid.uuid4().hex[:6]}"
+    spec = {
+        "src-protocol": "amqp091",
+        "src-uri": "amqp://",
+        "src-queue": topo.staging,
+        "dest-protocol": "amqp091",
+        "dest-uri": "amqp://",
+        "dest-exchange": topo.exchange,
+        "ack-mode": "on-confirm",
+        "src-prefetch-count": SHOVEL_PREFETCH,
+    }
+    setting = asyncio.create_task(
+        asyncio.to_thread(
+            subprocess.run,
+            ["rabbitmqctl", "set_parameter", "shovel", name, json.dumps(spec)],
+            check=True,
+            capture_output=True,
+        )
+    )
+    try:
+        yield
+        await setting
+    finally:
+        subprocess.run(
+            ["rabbitmqctl", "clear_parameter", "shovel", name], capture_output=True, check=False
+        )

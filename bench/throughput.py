@@ -23,8 +23,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import subprocess
-import uuid
 
 import aiormq
 import aiormq.abc
@@ -36,11 +34,10 @@ from harness import (
     expected_split,
     fill,
     peak_rss_mib,
+    shovel,
     sidecar,
     topology,
 )
-
-SHOVEL_PREFETCH = 512
 
 
 async def run_sidecar(
@@ -100,31 +97,9 @@ async def run_shovel(channel: aiormq.abc.AbstractChannel, n: int) -> float:
     """Drain n messages through the shovel plugin, ack-mode on-confirm."""
     async with topology(channel, "shovel") as topo:
         await fill(channel, topo.staging, n)
-        name = f"bench-{uuid.uuid4().hex[:6]}"
-        spec = {
-            "src-protocol": "amqp091",
-            "src-uri": "amqp://",
-            "src-queue": topo.staging,
-            "dest-protocol": "amqp091",
-            "dest-uri": "amqp://",
-            "dest-exchange": topo.exchange,
-            "ack-mode": "on-confirm",
-            "src-prefetch-count": SHOVEL_PREFETCH,
-        }
-        setting = asyncio.create_task(
-            asyncio.to_thread(
-                subprocess.run,
-                ["rabbitmqctl", "set_parameter", "shovel", name, json.dumps(spec)],
-                check=True,
-                capture_output=True,
-            )
-        )
-        t0 = await consumer_attached(channel, topo.staging)
-        t1 = await drained(channel, topo.staging, {topo.target: n})
-        await setting
-        subprocess.run(
-            ["rabbitmqctl", "clear_parameter", "shovel", name], capture_output=True, check=False
-        )
+        async with shovel(topo):
+            t0 = await consumer_attached(channel, topo.staging)
+            t1 = await drained(channel, topo.staging, {topo.target: n})
     return n / (t1 - t0)
 
 

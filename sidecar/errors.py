@@ -91,3 +91,22 @@ class MissingEntityError(SidecarChannelError):
         super().__init__(
             f'{kind} "{name}" does not exist; create it (the sidecar does not declare topology)'
         )
+
+
+# --- the HTTP side ---------------------------------------------------------------------
+
+
+class HealthBindError(SidecarError, OSError):
+    """The HTTP endpoint could not listen on ``host:port``; ``errno`` is the OS's."""
+
+    def __init__(self, *, host: str, port: int, listen: str, cause: OSError) -> None:
+        self.host = host
+        self.port = port
+        super().__init__(
+            cause.errno,
+            f"cannot listen for /metrics, /healthz and /readyz on {listen}: "
+            f"{cause.strerror or cause}; choose a free port or another http.listen address",
+        )
+
+    def __str__(self) -> str:
+        return str(self.strerror)

@@ -22,7 +22,8 @@ from urllib.parse import urlsplit
 
 from prometheus_client.exposition import choose_encoder
 
-from sidecar.errors import SidecarError
+from sidecar.address import host_port
+from sidecar.errors import HealthBindError
 from sidecar.http_server import HttpServer, Limits, Reply, Request, listen
 
 if TYPE_CHECKING:
@@ -51,23 +52,6 @@ class Probe:
     ok: bool
     detail: str = ""
     report: Mapping[str, object] | None = None
-
-
-class HealthBindError(SidecarError, OSError):
-    """The HTTP endpoint could not listen on ``host:port``; ``errno`` is the OS's."""
-
-    def __init__(self, *, host: str, port: int, cause: OSError) -> None:
-        self.host = host
-        self.port = port
-        listen = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        super().__init__(
-            cause.errno,
-            f"cannot listen for /metrics, /healthz and /readyz on {listen}: "
-            f"{cause.strerror or cause}; choose a free port or another http.listen address",
-        )
-
-    def __str__(self) -> str:
-        return str(self.strerror)
 
 
 class _Endpoints:
@@ -173,7 +157,12 @@ class HealthServer:
         try:
             listener = listen(self._host, self._requested_port)
         except OSError as e:
-            raise HealthBindError(host=self._host, port=self._requested_port, cause=e) from e
+            raise HealthBindError(
+                host=self._host,
+                port=self._requested_port,
+                listen=host_port(self._host, self._requested_port),
+                cause=e,
+            ) from e
         self._port = int(listener.getsockname()[1])
         self._server = HttpServer(
             listener,

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
+from sidecar.address import host_port
 from sidecar.contract import Publishers
 
 if TYPE_CHECKING:
@@ -89,8 +90,7 @@ class HttpConfig:
     @property
     def listen(self) -> str:
         """Return ``host:port``, with an IPv6 host in brackets."""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{host}:{self.port}"
+        return host_port(self.host, self.port)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

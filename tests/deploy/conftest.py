@@ -64,7 +64,7 @@ def render(
     """Render a chart as `helm install` would; return every object, NOTES.txt excluded."""
     with helm_python.Chart.load(chart) as loaded:
         rendered = loaded.render(values=values, name=release, namespace=namespace, is_install=True)
-    manifests = []
+    manifests: list[Manifest] = []
     for template, text in sorted(rendered.items()):
         if template.endswith("NOTES.txt"):
             continue

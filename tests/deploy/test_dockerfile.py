@@ -97,7 +97,8 @@ def test_base_image_is_a_pinned_slim_python_311() -> None:
     assert len(stages) >= 2, "expected a multi-stage build"
     bases = {stage.base for stage in stages}
     assert len(bases) == 1, bases
-    assert re.fullmatch(r"python:3\.11\.\d+-slim-(bookworm|trixie)(@sha256:[0-9a-f]{64})?", *bases)
+    (base,) = bases
+    assert re.fullmatch(r"python:3\.11\.\d+-slim-(bookworm|trixie)(@sha256:[0-9a-f]{64})?", base)
 
 
 def test_final_stage_runs_as_a_numeric_non_root_user() -> None:
@@ -167,7 +168,7 @@ def _ignored(path: str, patterns: list[str]) -> bool:
 
 def _copied_sources() -> list[str]:
     """Return what the stages COPY from the build context (not from another stage)."""
-    sources = []
+    sources: list[str] = []
     for stage in _stages()[1]:
         for copy in stage.all("COPY"):
             if "--from=" not in copy:

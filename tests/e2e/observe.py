@@ -108,7 +108,7 @@ async def publish_sample(broker: Broker, sample: Sample, *, exchange: str) -> No
                 routing_key=sample.routing_key,
                 headers=headers,
                 # pamqp calls the AMQP "type" property message_type.
-                **{("message_type" if k == "type" else k): v for k, v in properties.items()},
+                **{("message_type" if k == "type" else k): v for k, v in properties.items()},  # type: ignore[arg-type]
             )
             for properties, headers in sample.messages()
         )

@@ -15,6 +15,7 @@ import socket
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client.openmetrics.parser import (
@@ -444,7 +445,7 @@ async def test_a_flood_of_one_violation_logs_a_handful_of_lines_and_the_count(
         await sidecar.kill()
 
 
-def violation_lines(sidecar: Sidecar) -> list[dict[str, object]]:
+def violation_lines(sidecar: Sidecar) -> list[dict[str, Any]]:
     """The JSON log lines the relay wrote for violations of the orders route."""
     return [
         record

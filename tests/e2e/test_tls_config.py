@@ -114,7 +114,7 @@ def test_check_exits_2_naming_the_tls_key_and_its_line(
 ) -> None:
     """``acemq-sidecar check`` reads the TLS files: what would fail at connect fails here."""
     tls, key, expected = BAD_TLS[case]
-    route_map = {
+    route_map: dict[str, Any] = {
         "broker": {"url": "amqps://guest:guest@localhost:5671/"},
         "routes": [{"name": "a", "from": "q", "to": {"exchange": "x"}}],
     }

@@ -305,7 +305,7 @@ class MixedFlow:
         got = 0
         enough = asyncio.Event()
 
-        def on_message(message: aiormq.abc.DeliveredMessage) -> None:
+        async def on_message(message: aiormq.abc.DeliveredMessage) -> None:
             nonlocal got
             properties = message.header.properties
             headers = properties.headers if isinstance(properties.headers, dict) else {}
@@ -319,6 +319,7 @@ class MixedFlow:
             async with asyncio.timeout(COLLECT_TIMEOUT_S):
                 await enough.wait()
         finally:
+            assert ok.consumer_tag is not None
             await self.broker.channel.basic_cancel(ok.consumer_tag)
 
     async def downstream(self) -> int:

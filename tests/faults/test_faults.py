@@ -165,7 +165,10 @@ async def test_broker_restart_loses_nothing(
                 return status == 503 and metrics.value("acemq_sidecar_broker_connected") == 0
 
             await eventually(
-                down_noticed, timeout_s=10, what="the broker down on /readyz", context=last.copy
+                down_noticed,
+                timeout_s=10,
+                what="the broker down on /readyz",
+                context=lambda: "; ".join(last),
             )
             assert sidecar.is_running(), sidecar.output()
     finally:

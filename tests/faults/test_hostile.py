@@ -17,7 +17,7 @@ import os
 import struct
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 import aiormq
 import aiormq.abc
@@ -33,7 +33,7 @@ from tests.faults.conftest import scrape
 from tests.unit.strategies import field_names, field_table_bytes, field_tables, field_values
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Coroutine
 
     from tests.e2e.conftest import Sidecar
     from tests.faults.conftest import FaultRecord, MixedFlow
@@ -202,8 +202,8 @@ async def relay_hostile(
     await sidecar.start()
     outcome = Outcome()
 
-    def on_copy(place: str) -> Callable[[aiormq.abc.DeliveredMessage], None]:
-        def take(message: aiormq.abc.DeliveredMessage) -> None:
+    def on_copy(place: str) -> Callable[[aiormq.abc.DeliveredMessage], Coroutine[Any, Any, None]]:
+        async def take(message: aiormq.abc.DeliveredMessage) -> None:
             headers = message.header.properties.headers
             reason = headers.get(ERROR_HEADER) if isinstance(headers, dict) else None
             outcome.found.setdefault(message.body.decode(), []).append((place, reason))
@@ -225,7 +225,9 @@ async def relay_hostile(
                 await broker.publish(
                     lane.staging,
                     body=body.encode(),
-                    headers=table,  # raw wire bytes pass the codec as they are
+                    headers=cast(
+                        "dict[str, Any]", table
+                    ),  # raw wire bytes pass the codec as they are
                     exchange=lane.staging_exchange,
                     routing_key="ok.hostile",
                     message_id=body,

@@ -11,6 +11,7 @@ from typing import Any
 
 import aiormq.abc
 import pytest
+from pamqp.commands import Basic
 
 from sidecar.contract import ERROR as ERROR_HEADER
 from sidecar.settlement import QUARANTINED_FROM
@@ -80,6 +81,7 @@ async def test_canonical_message_is_relayed_unchanged(
     assert message.body == b"\x00\xffbody"
     assert to_json(headers_of(message)) == to_json(envelope("m-1"))
     assert message.header.properties.message_id == "m-1"
+    assert not isinstance(message.delivery, Basic.GetEmpty)
     assert message.delivery.routing_key == topo.staging  # routing_key: keep
     assert await broker.depth(topo.staging) == 0
 
@@ -157,6 +159,7 @@ async def test_app_reserved_header_is_quarantined_with_reason(
         )
     headers = headers_of(message)
     assert message.body == b"payload"
+    assert not isinstance(message.delivery, Basic.GetEmpty)
     assert message.delivery.routing_key == "r1"
     assert message.header.properties.message_id == "q-1"
     assert '"x-acemq-tenant"' in headers[ERROR_HEADER]
@@ -215,7 +218,11 @@ async def test_audit_mode_relays_the_original(
 ) -> None:
     """In audit mode violations are counted but the message goes out exactly as it came in."""
     topo = await make_topology(broker)
-    drifted = {"x-acemq-attempt": "0", "x-acemq-zone": "eu", "x-acemq-first-seen": 0}
+    drifted: dict[str, Any] = {
+        "x-acemq-attempt": "0",
+        "x-acemq-zone": "eu",
+        "x-acemq-first-seen": 0,
+    }
     async with run_sidecar(one_route(broker, topo, mode="audit", publishers="apps")) as running:
         await broker.publish(topo.staging, headers=drifted, message_id="a-1")
         (message,) = await broker.take(topo.target, 1)
@@ -422,7 +429,9 @@ async def test_reload_adds_a_route_and_refuses_an_invalid_map(
     """A valid new map starts its new route; an invalid one is refused, the old one runs on."""
     first = await make_topology(broker, "one")
     second = await make_topology(broker, "two")
-    routes = [{"name": "one", "from": first.staging, "exchange": first.target_exchange}]
+    routes: list[dict[str, Any]] = [
+        {"name": "one", "from": first.staging, "exchange": first.target_exchange}
+    ]
     async with run_sidecar(
         route_map_yaml(broker.url, first.quarantine_exchange, routes)
     ) as running:
@@ -478,16 +487,14 @@ async def test_internal_error_quarantines_instead_of_spinning(
     broker: Broker, run_sidecar: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A bug on one message quarantines it with the error; the route goes on with the next."""
-    import sidecar.settlement  # noqa: PLC0415
-
-    real = sidecar.settlement.normalise
+    from sidecar.contract import normalise as real  # noqa: PLC0415
 
     def flaky(routing_key: str, properties: Any, headers: Any, **kwargs: Any) -> Any:
         if headers.get("x-acemq-id") == "bug-1":
             raise RuntimeError("boom")
         return real(routing_key, properties, headers, **kwargs)
 
-    monkeypatch.setattr(sidecar.settlement, "normalise", flaky)
+    monkeypatch.setattr("sidecar.settlement.normalise", flaky)
     topo = await make_topology(broker)
     async with run_sidecar(one_route(broker, topo)) as running:
         await broker.publish(topo.staging, headers=envelope("bug-1"))

@@ -44,7 +44,7 @@ def test_the_count_is_one_more_than_the_message_carried(given: dict[str, Any], c
 
 
 def test_the_stamps_are_canonical_and_replace_the_legacy_spellings() -> None:
-    given = {
+    given: dict[str, Any] = {
         "a": "1",
         "x-acemq-replayed-from": "old",
         "x-acemq-replayed-at": "2020-01-01T00:00:00Z",

@@ -345,6 +345,7 @@ def test_widening_leaves_the_input_table_as_it_was(new_id: Callable[[], str]) ->
     out = verdict.headers["x-stats"]
     assert isinstance(out, dict)
     assert type(out["n"]) is Int32
+    assert isinstance(out["list"], list)
     assert type(out["list"][0]) is Int16
     assert type(inner["n"]) is UInt16
     assert type(inner["list"][0]) is UInt8

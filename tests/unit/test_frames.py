@@ -25,7 +25,7 @@ from sidecar.frames import (
     parse_return,
     publish_frames,
 )
-from sidecar.wire import Int8, Int32, encode_table
+from sidecar.wire import FieldValue, Int8, Int32, encode_table
 
 from .strategies import field_table_bytes, field_tables, same_typed
 
@@ -310,7 +310,7 @@ def test_a_truncated_method_is_a_wire_error() -> None:
 
 
 def test_table_encoding_matches_the_wire_module() -> None:
-    headers = {"a": 1, "b": "two"}
+    headers: dict[str, FieldValue] = {"a": 1, "b": "two"}
     data = publish(
         1,
         exchange="",

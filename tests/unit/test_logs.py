@@ -7,6 +7,7 @@ import json
 import logging
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -38,7 +39,7 @@ def emit(level: int = logging.INFO, **extra: object) -> None:
     )
 
 
-VIOLATION = {
+VIOLATION: dict[str, Any] = {
     "route": "orders",
     "kind": "unknown_reserved",
     "header": "x-acemq-*",

@@ -12,6 +12,7 @@ from sidecar import contract
 from sidecar.contract import Kind, Violation
 from sidecar.metrics import DRIFT_VIOLATIONS, Metrics, ReloadResult
 from sidecar.settlement import Outcome
+from sidecar.wire import FieldValue
 
 if TYPE_CHECKING:
     from prometheus_client.samples import Sample
@@ -321,7 +322,7 @@ def test_violation_labels_never_carry_a_raw_header_name(
 ) -> None:
     """Unknown reserved names and application headers reach the metric only as their labels."""
     unknown = [f"x-acemq-custom-{i}" for i in range(5)]
-    headers: dict[str, object] = dict.fromkeys(unknown, "v")
+    headers: dict[str, FieldValue] = dict.fromkeys(unknown, "v")
     headers |= {"x-tenant-secret": None, "x-acemq-attempt": " 2 "}
     for publishers in contract.Publishers:
         verdict = contract.normalise(

@@ -35,7 +35,7 @@ from sidecar.settlement import (
     slow_confirm,
     unencodable,
 )
-from sidecar.wire import ByteArray, Float32, Int32, Int64
+from sidecar.wire import ByteArray, FieldValue, Float32, Int32, Int64
 
 NOW_MS = 1_790_000_000_000
 LOGIN = "sidecar"
@@ -332,7 +332,7 @@ def test_the_logged_origin_is_the_normalised_one_else_the_received_one(
 
 
 def test_equal_texts_and_same_width_integers_are_the_same_table() -> None:
-    nested = {"a": [1, 2]}
+    nested: FieldValue = {"a": [1, 2]}
     assert same_table(
         {"id": "m-1", "attempt": Int32(1), "n": nested},
         {"id": "m-1", "attempt": Int32(1), "n": nested},

@@ -110,7 +110,7 @@ def _ids(*values: str) -> Callable[[], str]:
 # --- the typed notation --------------------------------------------------------------
 
 
-TAGGED = [
+TAGGED: list[tuple[dict[str, Any], type]] = [
     ({"$int8": -128}, Int8),
     ({"$uint8": 255}, UInt8),
     ({"$int16": -32768}, Int16),
@@ -167,7 +167,12 @@ def test_plain_json_values_and_containers_read_through() -> None:
     """Strings, booleans, null, nested tables and arrays keep their shape, typed inside."""
     value = from_json({"s": "x", "b": True, "n": None, "t": {"a": [{"$int8": 1}, "y"]}})
     assert value == {"s": "x", "b": True, "n": None, "t": {"a": [Int8(1), "y"]}}
-    assert type(value["t"]["a"][0]) is Int8
+    assert isinstance(value, dict)
+    inner = value["t"]
+    assert isinstance(inner, dict)
+    items = inner["a"]
+    assert isinstance(items, list)
+    assert type(items[0]) is Int8
 
 
 def test_a_table_whose_keys_only_look_like_a_tag_is_a_table() -> None:
