@@ -175,7 +175,7 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    return not Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
+    return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
 
 
 def _hand_to_rabbitmq(base: Path) -> None:
@@ -232,7 +232,9 @@ class Cluster:
         for node in self.nodes:
             if not node.is_up():
                 continue
-            out = node.run("rabbitmqctl", "list_queues", "name", "leader", "--no-table-headers", "-q")
+            out = node.run(
+                "rabbitmqctl", "list_queues", "name", "leader", "--no-table-headers", "-q"
+            )
             for line in out.splitlines():
                 name, _, leader = line.partition("\t")
                 if name == queue:
