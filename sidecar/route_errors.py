@@ -106,8 +106,6 @@ def _describe_error(error: ErrorDetails) -> str:  # noqa: C901, PLR0911, PLR0912
             return f"expected a finite number, got {got}"
         case "model_type" | "model_attributes_type" | "dict_type":
             return f"expected a mapping, got {got}"
-        case "bool_type":
-            return f"expected true or false, got {got}"
         case "tuple_type" | "list_type":
             return f"expected a list, got {got}"
         case "greater_than" | "greater_than_equal" | "less_than" | "less_than_equal":

@@ -105,9 +105,6 @@ class Route:
     origin: str | None
     mode: Mode
     prefetch: int
-    # The platform declared the staging queue with x-single-active-consumer: true, so one
-    # replica at a time consumes it and the route keeps the queue's order.
-    single_active_consumer: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

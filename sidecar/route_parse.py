@@ -304,7 +304,6 @@ def _build(file: RouteMapFile) -> RouteMap:
                 origin=route.origin,
                 mode=file.mode if route.mode is None else route.mode,
                 prefetch=broker.prefetch if route.prefetch is None else route.prefetch,
-                single_active_consumer=route.single_active_consumer,
             )
             for route in file.routes
         ),

@@ -19,7 +19,6 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainValidator,
-    StrictBool,
     WithJsonSchema,
 )
 from pydantic_core import PydanticCustomError
@@ -199,7 +198,6 @@ class _RouteFile(_Strict):
     origin: Annotated[str | None, AfterValidator(_optional_non_empty)] = None
     mode: Mode | None = None
     prefetch: _Prefetch | None = None
-    single_active_consumer: StrictBool = False
 
 
 def _at_least_one(routes: tuple[_RouteFile, ...]) -> tuple[_RouteFile, ...]:

@@ -67,6 +67,5 @@ def describe(route_map: RouteMap) -> str:
             f"  {route.name}: {route.queue} -> {exchange} / {key};"
             f" publishers {route.publishers}, origin {route.origin or '-'},"
             f" mode {route.mode}, prefetch {route.prefetch}"
-            + (", single active consumer" if route.single_active_consumer else "")
         )
     return "\n".join(lines)

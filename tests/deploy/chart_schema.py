@@ -52,10 +52,6 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
         "origin": "x-acemq-origin written when a message has none.",
         "mode": "This route's mode, instead of the map's.",
         "prefetch": "This route's prefetch, instead of broker.prefetch.",
-        "single_active_consumer": (
-            "true: the platform declared the queue with x-single-active-consumer, so one"
-            " replica at a time relays it, in order."
-        ),
     },
     "_TargetFile": {
         "exchange": 'The target exchange ("" for the default exchange).',

@@ -257,21 +257,3 @@ def test_check_and_run_print_no_password_of_a_url_they_refuse(
     assert f"{config}:1: broker.url" in err
     for part in ("pa/ss", "ss#w", "w?rd", "rd@rabbit"):
         assert part not in out + err
-
-
-# --- single_active_consumer ------------------------------------------------------------------
-
-
-def test_single_active_consumer_is_a_boolean_per_route() -> None:
-    route_map = _parse(
-        _yaml(
-            "routes:",
-            "  - {name: a, from: q, to: {exchange: x}, single_active_consumer: true}",
-            "  - {name: b, from: p, to: {exchange: x}}",
-        )
-    )
-    assert [r.single_active_consumer for r in route_map.routes] == [True, False]
-    message = _error(
-        _yaml("routes:", "  - {name: a, from: q, to: {exchange: x}, single_active_consumer: 1}")
-    )
-    assert message == "r.yaml:2: routes[0].single_active_consumer: expected true or false, got 1"

@@ -764,7 +764,6 @@ def test_json_schema_uses_the_file_keys() -> None:
         "origin",
         "mode",
         "prefetch",
-        "single_active_consumer",
     }
     assert route["additionalProperties"] is False
 
