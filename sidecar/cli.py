@@ -206,7 +206,7 @@ def _broker_target(config: str | None, url: str | None) -> quarantine_tool.Broke
         from sidecar.tls import client_context  # noqa: PLC0415
 
         broker = load_config(config, env=os.environ).broker
-        address = BrokerAddress.parse(broker.url)
+        address = broker.addresses[0]  # a cluster's first node: any node serves its queues
         return BrokerTarget(
             address=address,
             ssl_context=client_context(broker.tls) if address.tls else None,

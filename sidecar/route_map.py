@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from urllib.parse import unquote, urlsplit
+from typing import TYPE_CHECKING
 
 from sidecar.address import host_port
 from sidecar.contract import Publishers
+
+if TYPE_CHECKING:
+    from sidecar.address import BrokerAddress
 
 __all__ = [
     "BrokerConfig",
@@ -25,7 +28,6 @@ __all__ = [
     "RouteLimits",
     "RouteMap",
     "TlsConfig",
-    "mask_password",
 ]
 
 
@@ -60,26 +62,23 @@ class TlsConfig:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BrokerConfig:
-    """The broker connection; ``url`` may hold a password, so log ``masked_url`` only."""
+    """The broker connection: one address, or the nodes of a cluster to fail over between.
 
-    url: str = field(repr=False)  # a repr ends up in logs and tracebacks
+    ``addresses`` are in the file's order (the service shuffles them once per process);
+    each holds its own scheme and login, its password a ``Secret``, so a repr or a log
+    line of this object never shows one. ``tls`` applies to every ``amqps://`` address.
+    """
+
+    addresses: tuple[BrokerAddress, ...]  # at least one
     tls: TlsConfig
     prefetch: int
     heartbeat_s: int
     connect_timeout_s: float
 
     @property
-    def login(self) -> str:
-        """Return the user name the client logs in with, decoded; "guest" when the URL has none.
-
-        Mirrors aiormq (``url.user or "guest"``): RabbitMQ checks ``user_id`` against it.
-        """
-        return unquote(urlsplit(self.url).username or "") or "guest"
-
-    @property
-    def masked_url(self) -> str:
-        """Return the URL with its password, if any, replaced by ``***``."""
-        return mask_password(self.url)
+    def uses_tls(self) -> bool:
+        """Whether any address is ``amqps://`` (the TLS files are read for those)."""
+        return any(address.tls for address in self.addresses)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -163,17 +162,3 @@ class RouteMap:
                 return route
         known = ", ".join(route.name for route in self.routes)
         raise KeyError(f"no route named {name!r}; the routes are: {known}")
-
-
-def mask_password(url: str) -> str:
-    """Return ``url`` with its password, if any, replaced by ``***``."""
-    try:
-        parts = urlsplit(url)
-        has_password = parts.password is not None
-    except ValueError:
-        return "<unparsable URL>"
-    if not has_password:
-        return url
-    userinfo, _, hostport = parts.netloc.rpartition("@")
-    user = userinfo.partition(":")[0]
-    return parts._replace(netloc=f"{user}:***@{hostport}").geturl()

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
 
 from pydantic import ValidationError
 
@@ -39,12 +38,13 @@ from sidecar.route_map import (
 )
 from sidecar.route_schema import DEFAULT_BROKER_URL, RouteMapFile, split_listen
 from sidecar.route_text import show
-from sidecar.route_yaml import interpolate, read_yaml
+from sidecar.route_yaml import format_path, interpolate, read_yaml
 
 if TYPE_CHECKING:
     import os
     from collections.abc import Callable, Mapping
 
+    from sidecar.address import BrokerAddress
     from sidecar.route_yaml import KeyPath, TreeReader
 
 __all__ = ["load_route_map", "parse_route_map"]
@@ -70,8 +70,15 @@ def parse_route_map(
     if isinstance(broker, dict):
         if broker.get("url_file") is not None:
             _url_from_file(broker, reader, read_file)
-        # The default URL is itself a reference, so AMQP_URL works without a broker block.
-        broker.setdefault("url", interpolate(DEFAULT_BROKER_URL, env=env))
+        if "url" in broker and "urls" in broker:
+            raise reader.error(
+                "set broker.url (one address) or broker.urls (the nodes of a cluster), not both",
+                path=("broker", "urls"),
+                line=line_for(("broker", "urls"), reader, kind=""),
+            )
+        if "urls" not in broker:
+            # The default URL is itself a reference, so AMQP_URL works without a broker block.
+            broker.setdefault("url", interpolate(DEFAULT_BROKER_URL, env=env))
     try:
         file = RouteMapFile.model_validate(data)
     except ValidationError as e:
@@ -118,13 +125,18 @@ def _url_from_file(
 ) -> None:
     """Replace ``broker.url_file`` by ``broker.url``, read from that file (a mounted secret).
 
-    A problem with the URL it holds is reported on the url_file line, the password masked.
+    The file holds one URL, or several one per line (blank lines and ``#`` comments
+    skipped), which then count as ``broker.urls``. A problem with a URL it holds is
+    reported on the url_file line, the password never shown.
     """
     path, line = broker.pop("url_file"), reader.value_lines[("broker", "url_file")]
-    if "url" in broker:
-        raise reader.error(
-            "set broker.url or broker.url_file, not both", path=("broker", "url_file"), line=line
-        )
+    for key in ("url", "urls"):
+        if key in broker:
+            raise reader.error(
+                f"set broker.{key} or broker.url_file, not both",
+                path=("broker", "url_file"),
+                line=line,
+            )
     if not isinstance(path, str) or not path:
         raise reader.error(
             f"expected the path of a file holding the broker URL, got {show(path)}",
@@ -138,7 +150,7 @@ def _url_from_file(
             line=line,
         )
     try:
-        broker["url"] = read_file(path).strip()
+        text = read_file(path)
     except (OSError, UnicodeDecodeError) as e:
         reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
         raise reader.error(
@@ -146,7 +158,19 @@ def _url_from_file(
             path=("broker", "url_file"),
             line=line,
         ) from None
-    reader.value_lines[("broker", "url")] = line
+    urls = [
+        stripped
+        for stripped in (raw.strip() for raw in text.splitlines())
+        if stripped and not stripped.startswith("#")
+    ]
+    if len(urls) == 1:
+        broker["url"] = urls[0]
+        reader.value_lines[("broker", "url")] = line
+        return
+    broker["urls"] = urls  # none: refused as an empty list, on this line
+    reader.value_lines[("broker", "urls")] = line
+    for index in range(len(urls)):
+        reader.value_lines[("broker", "urls", index)] = line
 
 
 def _check_across(file: RouteMapFile, reader: TreeReader) -> None:
@@ -155,15 +179,7 @@ def _check_across(file: RouteMapFile, reader: TreeReader) -> None:
     def fail(message: str, path: KeyPath) -> ConfigError:
         return reader.error(message, path=path, line=line_for(path, reader, kind=""))
 
-    tls, url = file.broker.tls, file.broker.url
-    if (tls.cert_file is None) != (tls.key_file is None):
-        raise fail("cert_file and key_file go together; set both or neither", ("broker", "tls"))
-    if any((tls.ca_file, tls.cert_file, tls.key_file)) and urlsplit(url).scheme != "amqps":
-        raise fail(
-            "TLS files are set but broker.url is not amqps://; use amqps:// or drop them",
-            ("broker", "tls"),
-        )
-
+    _check_broker(file, reader)
     names: dict[str, int] = {}
     queues: dict[str, tuple[str, int]] = {}
     quarantine = file.quarantine.exchange
@@ -200,6 +216,71 @@ def _check_across(file: RouteMapFile, reader: TreeReader) -> None:
         queues[route.queue] = (route.name, queue_line)
 
 
+def _addresses(file: RouteMapFile) -> tuple[tuple[KeyPath, BrokerAddress], ...]:
+    """Return the broker addresses with the key path each came from."""
+    broker = file.broker
+    if broker.urls is not None:
+        return tuple((("broker", "urls", i), a) for i, a in enumerate(broker.urls))
+    return () if broker.url is None else ((("broker", "url"), broker.url),)
+
+
+def _check_broker(file: RouteMapFile, reader: TreeReader) -> None:
+    """Refuse broker settings that each parse but do not fit together."""
+
+    def fail(message: str, path: KeyPath) -> ConfigError:
+        return reader.error(message, path=path, line=line_for(path, reader, kind=""))
+
+    broker, tls = file.broker, file.broker.tls
+    addresses = _addresses(file)
+    if not addresses:
+        raise fail("expected a broker URL (amqp://user:password@host/vhost)", ("broker", "url"))
+    if (tls.cert_file is None) != (tls.key_file is None):
+        raise fail("cert_file and key_file go together; set both or neither", ("broker", "tls"))
+    if any((tls.ca_file, tls.cert_file, tls.key_file)) and not any(a.tls for _, a in addresses):
+        raise fail(
+            "TLS files are set but no broker URL is amqps://; use amqps:// or drop them",
+            ("broker", "tls"),
+        )
+    explicit = broker.model_fields_set
+    seen: dict[str, KeyPath] = {}
+    first_vhost = addresses[0][1].vhost
+    for path, address in addresses:
+        if address.endpoint in seen:
+            first = format_path(seen[address.endpoint])
+            raise fail(
+                f"{address.endpoint} is listed twice (first as {first}); list each once", path
+            )
+        seen[address.endpoint] = path
+        if address.vhost != first_vhost:
+            raise fail(
+                f"the vhost {show(address.vhost)} differs from the first URL's"
+                f" {show(first_vhost)}; every address must be a node of the same cluster"
+                " and vhost",
+                path,
+            )
+        if (
+            "heartbeat_s" in explicit
+            and address.heartbeat_s is not None
+            and address.heartbeat_s != broker.heartbeat_s
+        ):
+            raise fail(
+                f"the URL's heartbeat={address.heartbeat_s} contradicts broker.heartbeat_s"
+                f" ({broker.heartbeat_s}); set it in one place",
+                path,
+            )
+        if (
+            "connect_timeout_s" in explicit
+            and address.connect_timeout_s is not None
+            and address.connect_timeout_s != broker.connect_timeout_s
+        ):
+            raise fail(
+                f"the URL's connection_timeout={round(address.connect_timeout_s * 1000)} (ms)"
+                f" contradicts broker.connect_timeout_s ({broker.connect_timeout_s:g} s);"
+                " set it in one place",
+                path,
+            )
+
+
 def _build(file: RouteMapFile) -> RouteMap:
     broker = file.broker
     host, port = split_listen(file.http.listen)
@@ -211,7 +292,7 @@ def _build(file: RouteMapFile) -> RouteMap:
     )
     return RouteMap(
         broker=BrokerConfig(
-            url=broker.url,
+            addresses=tuple(address for _, address in _addresses(file)),
             tls=TlsConfig(
                 ca_file=broker.tls.ca_file,
                 cert_file=broker.tls.cert_file,

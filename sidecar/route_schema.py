@@ -11,12 +11,21 @@ from __future__ import annotations
 import json
 import re
 from typing import Annotated, Any
-from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    WithJsonSchema,
+)
 from pydantic_core import PydanticCustomError
 
+from sidecar.address import BrokerAddress
 from sidecar.contract import Publishers
+from sidecar.errors import BrokerAddressError
 from sidecar.producers import DEFAULT_PRODUCERS_PER_ROUTE
 from sidecar.route_map import (
     DEFAULT_CONSUMER_TIMEOUT_S,
@@ -25,7 +34,6 @@ from sidecar.route_map import (
     DEFAULT_NACK_MAX_S,
     LogLevel,
     Mode,
-    mask_password,
 )
 from sidecar.route_text import show
 from sidecar.route_yaml import ProblemError
@@ -81,31 +89,24 @@ def _route_name(value: str) -> str:
     return value
 
 
-def _amqp_url(value: str) -> str:
-    problem = _url_problem(value)
-    if problem:
+def _broker_address(value: object) -> BrokerAddress:
+    """Parse a broker URL once, at load; the error names the part at fault, never the password."""
+    if not isinstance(value, str):
         raise PydanticCustomError(
-            "config_url",
-            "{problem}; expected amqp://[user[:password]@]host[:port][/vhost] or amqps://...,"
-            " got {got}",
-            {"problem": problem, "got": show(mask_password(value))},
+            "config_url", "expected a broker URL (a string), got {got}", {"got": show(value)}
         )
-    return value
-
-
-def _url_problem(url: str) -> str | None:
     try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError as e:
-        return f"the URL does not parse ({e})"
-    if parts.scheme not in ("amqp", "amqps"):
-        return "the scheme must be amqp or amqps"
-    if not parts.hostname:
-        return "the host is missing"
-    if port == 0:
-        return "port 0 is not a broker port"
-    return None
+        return BrokerAddress.parse(value)
+    except BrokerAddressError as e:
+        raise PydanticCustomError("config_url", "{problem}", {"problem": str(e)}) from None
+
+
+def _at_least_one_url(urls: tuple[BrokerAddress, ...]) -> tuple[BrokerAddress, ...]:
+    if not urls:
+        raise PydanticCustomError(
+            "config_no_urls", "expected at least one broker URL; for one, broker.url will do"
+        )
+    return urls
 
 
 def _listen(value: str) -> str:
@@ -146,6 +147,12 @@ _Prefetch = Annotated[int, Field(ge=1, le=65535), BeforeValidator(_refuse_bool)]
 _AmqpName = Annotated[str, AfterValidator(_amqp_name)]
 _NonEmptyAmqpName = Annotated[str, AfterValidator(_non_empty), AfterValidator(_amqp_name)]
 _OptionalPath = Annotated[str | None, AfterValidator(_optional_non_empty)]
+# A URL in the file, a BrokerAddress once validated; the JSON Schema says what the file holds.
+_BrokerUrl = Annotated[
+    BrokerAddress,
+    PlainValidator(_broker_address),
+    WithJsonSchema({"type": "string", "pattern": "^(?i:amqps?)://"}),
+]
 
 
 class _Strict(BaseModel):
@@ -168,9 +175,10 @@ class _NackRetryFile(_Strict):
 
 
 class _BrokerFile(_Strict):
-    # parse_route_map fills in this default interpolated; it is here for the JSON Schema.
-    url: Annotated[str, AfterValidator(_amqp_url)] = DEFAULT_BROKER_URL
-    url_file: _OptionalPath = None  # read into url by parse_route_map
+    # parse_route_map fills in DEFAULT_BROKER_URL, interpolated, unless urls is set.
+    url: _BrokerUrl | None = None
+    urls: Annotated[tuple[_BrokerUrl, ...], AfterValidator(_at_least_one_url)] | None = None
+    url_file: _OptionalPath = None  # read into url (or urls) by parse_route_map
     tls: _TlsFile = _TlsFile()
     prefetch: _Prefetch = 512
     heartbeat_s: Annotated[int, Field(ge=0, le=3600), BeforeValidator(_refuse_bool)] = 30

@@ -42,11 +42,18 @@ def show(value: object) -> str:  # noqa: PLR0911 - a case per YAML scalar kind
 def describe(route_map: RouteMap) -> str:
     """Return a multi-line summary for ``acemq-sidecar check``; the password is masked."""
     broker = route_map.broker
+    settings = (
+        f"prefetch {broker.prefetch}, heartbeat {broker.heartbeat_s} s,"
+        f" connect timeout {broker.connect_timeout_s:g} s"
+    )
+    (first, *more) = broker.addresses
+    if more:
+        head = [f"broker: {len(broker.addresses)} nodes, tried in a shuffled order ({settings}):"]
+        head += [f"  {a.masked()} (login {a.login})" for a in broker.addresses]
+    else:
+        head = [f"broker: {first.masked()} (login {first.login}, {settings})"]
     lines = [
-        (
-            f"broker: {broker.masked_url} (login {broker.login}, prefetch {broker.prefetch},"
-            f" heartbeat {broker.heartbeat_s} s, connect timeout {broker.connect_timeout_s:g} s)"
-        ),
+        *head,
         f"mode: {route_map.mode}",
         f"quarantine exchange: {route_map.quarantine_exchange}",
         f"http: {route_map.http.listen}",

@@ -14,11 +14,11 @@ import signal
 from typing import TYPE_CHECKING
 
 from sidecar import __version__, startup_signals
-from sidecar.address import BrokerAddress
 from sidecar.amqp import connect
 from sidecar.backoff import Backoff
 from sidecar.contract import CONTRACT_VERSION
-from sidecar.errors import BrokerAddressError, ConfigError, TlsFileError
+from sidecar.errors import ConfigError, TlsFileError
+from sidecar.failover import Failover
 from sidecar.health import HealthServer, Probe
 from sidecar.metrics import Metrics, ReloadResult
 from sidecar.relay import RouteWorker
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
     from prometheus_client import CollectorRegistry
 
+    from sidecar.address import BrokerAddress
     from sidecar.amqp import Connection
     from sidecar.clock import Clock
     from sidecar.reload_plan import ReloadPlan
@@ -51,10 +52,10 @@ LIVENESS_STALE_S = 60.0  # an event loop blocked this long fails /healthz
 HEALTHY_SESSION_S = 30.0  # a connection that lived this long resets the reconnect backoff
 
 
-def _ssl_context(broker: BrokerConfig) -> ssl.SSLContext | None:
+def _ssl_context(broker: BrokerConfig, address: BrokerAddress) -> ssl.SSLContext | None:
     # Built again at every connect: a renewed certificate applies at the next reconnect. A
     # file gone since the map was loaded fails this connect, which is retried with backoff.
-    if not broker.url.startswith("amqps://"):
+    if not address.tls:
         return None
     try:
         return client_context(broker.tls)
@@ -101,9 +102,12 @@ class Service:
         self._last_tick = clock.monotonic()
         self._workers: dict[str, tuple[RouteWorker, asyncio.Task[None]]] = {}
         self._session: asyncio.TaskGroup | None = None
-        # The login of the open connection: what the broker checks user_id against, even
-        # after a reload changed the URL (which applies at the next reconnect).
-        self._login = route_map.broker.login
+        # The address in use (None while not connected) and its login: what the broker
+        # checks user_id against, even after a reload changed the URLs (which apply at the
+        # next reconnect). The ring is shuffled once per process, so replicas spread.
+        self._failover = Failover.shuffled(route_map.broker.addresses, rng=rng)
+        self._node: BrokerAddress | None = None
+        self._login = self._failover.addresses[0].login
         self._connection: Connection | None = None
         self._config_stamp = self._stat_config()
         for route in route_map.routes:
@@ -147,6 +151,7 @@ class Service:
         # Snapshots: the loop may swap the map or add and remove workers meanwhile.
         connected, route_map, workers = self._connected, self._route_map, dict(self._workers)
         blocked = self._blocked_reason() if connected else None
+        node = self._node
         routes: dict[str, str] = {}
         down: list[str] = []
         for route in route_map.routes:
@@ -169,6 +174,8 @@ class Service:
             "broker": broker if blocked is None else f"blocked: {blocked}",
             "routes": routes,
         }
+        if connected and node is not None:  # which node of the cluster, the password masked
+            report["node"] = node.masked()
         if not connected:
             return Probe(ok=False, detail="broker: not connected", report=report)
         return Probe(ok=ready, detail="\n".join(down) or "ok", report=report)
@@ -216,30 +223,52 @@ class Service:
     # --- the connection ---
 
     async def _connection_loop(self) -> None:
+        """Connect, run a session, and on its loss connect again, to the next address.
+
+        A failed attempt moves on to the next address at once; only when every address
+        failed in a row does the loop back off (exponential, with jitter). A lost session
+        backs off as before, then tries the next address: a node that just went away is
+        tried again last.
+        """
         backoff = Backoff(rng=self._rng)
         has_connected = False
         while not self._stop.is_set():
             broker = self._route_map.broker
+            self._failover = self._failover.replaced(broker.addresses, rng=self._rng)
+            address = self._failover.next_address()
             try:
                 connection = await connect(
-                    BrokerAddress.parse(broker.url),
+                    address,
                     heartbeat_s=broker.heartbeat_s,
                     connect_timeout_s=broker.connect_timeout_s,
-                    ssl_context=_ssl_context(broker),
+                    ssl_context=_ssl_context(broker, address),
                 )
-            except (ConnectionError, BrokerAddressError) as e:  # a URL the route map let through
+            except ConnectionError as e:
+                if not self._failover.failed():
+                    log.warning(
+                        "broker %s unreachable: %s; trying the next address",
+                        address.masked(),
+                        e,
+                        extra={"node": address.endpoint},
+                    )
+                    continue
                 delay = backoff.next_delay()
                 log.warning(
-                    "broker %s unreachable: %s; retrying in %.1fs", broker.masked_url, e, delay
+                    "broker %s unreachable: %s; retrying in %.1fs",
+                    address.masked(),
+                    e,
+                    delay,
+                    extra={"node": address.endpoint},
                 )
                 await sleep_unless(self._stop, delay)
                 continue
+            self._failover.connected()
             if has_connected:
                 self._metrics.count_reconnect()
             has_connected = True
-            self._login = broker.login
+            self._node, self._login = address, address.login
             self._set_connected(connected=True)
-            log.info("connected to %s", broker.masked_url)
+            log.info("connected to %s", address.masked(), extra={"node": address.endpoint})
             started = asyncio.get_running_loop().time()
             try:
                 await self._run_session(connection)
@@ -252,9 +281,11 @@ class Service:
                 delay = backoff.next_delay()
                 reason = await connection.wait_closed()
                 log.warning(
-                    "connection to the broker lost (%s); reconnecting in %.1fs",
+                    "connection to the broker %s lost (%s); reconnecting in %.1fs",
+                    address.masked(),
                     reason or "closed",
                     delay,
+                    extra={"node": address.endpoint},
                 )
                 await sleep_unless(self._stop, delay)
 

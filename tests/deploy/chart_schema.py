@@ -95,13 +95,14 @@ def _rewrite(node: Any) -> Any:
 def chart_route_map_schema(source: dict[str, Any]) -> dict[str, Any]:
     """Return the schema of ``routeMap`` in the chart's values, from the route map's schema.
 
-    The chart owns broker.url (always ``${AMQP_URL}``, from a Secret; so no url_file
-    either) and broker.tls (the mounted files), so values may not set them; and a route
-    map needs a route.
+    The chart owns broker.url (always ``${AMQP_URL}``, from a Secret; so no urls or
+    url_file either: behind one Service, one URL) and broker.tls (the mounted files), so
+    values may not set them; and a route map needs a route.
     """
     schema = copy.deepcopy(source)
     broker = schema["$defs"]["_BrokerFile"]
     del broker["properties"]["url"]
+    del broker["properties"]["urls"]
     del broker["properties"]["url_file"]
     del broker["properties"]["tls"]
     del schema["$defs"]["_TlsFile"]

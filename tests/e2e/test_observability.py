@@ -23,6 +23,7 @@ from prometheus_client.openmetrics.parser import (
 )
 
 from sidecar import __version__
+from sidecar.address import BrokerAddress
 from sidecar.contract import CONTRACT_VERSION, Publishers
 from sidecar.metrics import DRIFT_VIOLATIONS
 from tests.e2e.conftest import (
@@ -304,6 +305,7 @@ async def test_readyz_names_the_route_whose_exchange_was_deleted_until_it_is_bac
     assert json.loads(body) == {
         "ready": True,
         "broker": "connected",
+        "node": BrokerAddress.parse(sidecar.amqp_url).masked(),  # the password never shown
         "routes": {"orders": "consuming", "invoices": "consuming"},
     }
 

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sidecar.address import BrokerAddress
 from sidecar.reload_plan import ReloadPlan, plan_reload
 from sidecar.route_map import (
     BrokerConfig,
@@ -21,7 +22,11 @@ from sidecar.route_map import (
 )
 
 BROKER = BrokerConfig(
-    url="amqp://h/", tls=TlsConfig(), prefetch=64, heartbeat_s=30, connect_timeout_s=10.0
+    addresses=(BrokerAddress.parse("amqp://h/"),),
+    tls=TlsConfig(),
+    prefetch=64,
+    heartbeat_s=30,
+    connect_timeout_s=10.0,
 )
 
 
@@ -175,7 +180,12 @@ def test_restart_and_start_carry_the_new_settings() -> None:
     [
         pytest.param(route_map(A), False, False, id="neither"),
         pytest.param(
-            route_map(A, broker=dataclasses.replace(BROKER, url="amqp://other/")),
+            route_map(
+                A,
+                broker=dataclasses.replace(
+                    BROKER, addresses=(BrokerAddress.parse("amqp://other/"),)
+                ),
+            ),
             True,
             False,
             id="broker-url",

@@ -11,6 +11,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sidecar.address import BrokerAddress
 from sidecar.errors import ConfigError
 from sidecar.routes import (
     BrokerConfig,
@@ -77,7 +78,7 @@ def test_full_file_parses_into_objects() -> None:
     route_map = _parse(FULL, {"AMQP_URL": "amqps://svc:pw@mq.example:5671/prod"})
     assert route_map == RouteMap(
         broker=BrokerConfig(
-            url="amqps://svc:pw@mq.example:5671/prod",
+            addresses=(BrokerAddress.parse("amqps://svc:pw@mq.example:5671/prod"),),
             tls=TlsConfig(
                 ca_file="/tls/ca.pem", cert_file="/tls/cert.pem", key_file="/tls/key.pem"
             ),
@@ -121,7 +122,7 @@ def test_defaults_fill_everything_but_the_routes() -> None:
     route_map = _parse(_yaml(*ROUTE))
     assert route_map == RouteMap(
         broker=BrokerConfig(
-            url="amqp://guest:guest@127.0.0.1:5672/",
+            addresses=(BrokerAddress.parse("amqp://guest:guest@127.0.0.1:5672/"),),
             tls=TlsConfig(ca_file=None, cert_file=None, key_file=None),
             prefetch=512,
             heartbeat_s=30,
@@ -151,7 +152,7 @@ def test_defaults_fill_everything_but_the_routes() -> None:
 def test_default_url_comes_from_amqp_url(broker: str) -> None:
     """Without broker.url the default is ${AMQP_URL:-...}, so the environment still decides."""
     route_map = _parse(broker + _yaml(*ROUTE), {"AMQP_URL": "amqp://u:p@rabbit:5672/v"})
-    assert route_map.broker.url == "amqp://u:p@rabbit:5672/v"
+    assert route_map.broker.addresses == (BrokerAddress.parse("amqp://u:p@rabbit:5672/v"),)
 
 
 def test_objects_are_frozen() -> None:
@@ -290,7 +291,7 @@ ERRORS = [
         _yaml("broker:", "  prefech: 10", *ROUTE),
         {},
         'routes.yaml:2: broker.prefech: unknown key; did you mean "prefetch"? allowed keys are:'
-        " url, url_file, tls, prefetch, heartbeat_s, connect_timeout_s",
+        " url, urls, url_file, tls, prefetch, heartbeat_s, connect_timeout_s",
         id="unknown-broker-key",
     ),
     pytest.param(
@@ -479,20 +480,19 @@ ERRORS = [
     pytest.param(
         _yaml("broker:", "  url: http://u:secret@h/", *ROUTE),
         {},
-        "routes.yaml:2: broker.url: the scheme must be amqp or amqps; expected"
-        ' amqp://[user[:password]@]host[:port][/vhost] or amqps://..., got "http://u:***@h/"',
-        id="url-scheme-password-masked",
+        "routes.yaml:2: broker.url: the broker URL must start with amqp:// or amqps://",
+        id="url-scheme",
     ),
     pytest.param(
         _yaml("broker:", "  url: amqp:///vhost", *ROUTE),
         {},
-        "routes.yaml:2: broker.url: the host is missing",
+        "routes.yaml:2: broker.url: the broker URL has no host",
         id="url-without-host",
     ),
     pytest.param(
         _yaml("broker:", "  url: amqp://h:99999/", *ROUTE),
         {},
-        "routes.yaml:2: broker.url: the URL does not parse (Port out of range",
+        "routes.yaml:2: broker.url: the broker URL's host or port does not parse",
         id="url-bad-port",
     ),
     pytest.param(
@@ -554,7 +554,7 @@ ERRORS = [
     pytest.param(
         _yaml("broker:", "  url: amqp://h/", "  tls: {ca_file: /ca.pem}", *ROUTE),
         {},
-        "routes.yaml:3: broker.tls: TLS files are set but broker.url is not amqps://",
+        "routes.yaml:3: broker.tls: TLS files are set but no broker URL is amqps://",
         id="tls-without-amqps",
     ),
     # Across routes.
@@ -650,7 +650,7 @@ def test_url_error_never_shows_the_password() -> None:
     with pytest.raises(ConfigError) as raised:
         _parse(_yaml("broker:", "  url: ${AMQP_URL}", *ROUTE), env)
     assert "hunter2" not in str(raised.value)
-    assert "svc:***@h" in str(raised.value)
+    assert "svc" not in str(raised.value)  # nothing of the URL is quoted: it may hold a secret
 
 
 def _parse_or_error(text: str) -> RouteMap | ConfigError:
@@ -689,43 +689,6 @@ def test_any_yaml_shape_parses_or_raises_config_error(document: dict[str, object
 
 
 # --- broker and http helpers ------------------------------------------------------------------
-
-
-def _broker(url: str) -> BrokerConfig:
-    return BrokerConfig(url=url, tls=TlsConfig(), prefetch=1, heartbeat_s=0, connect_timeout_s=1.0)
-
-
-@pytest.mark.parametrize(
-    ("url", "masked"),
-    [
-        ("amqp://u:secret@h:5672/v", "amqp://u:***@h:5672/v"),
-        ("amqps://svc%40x:p%3Aw@mq/", "amqps://svc%40x:***@mq/"),
-        ("amqp://u:@h/", "amqp://u:***@h/"),
-        ("amqp://u@h/", "amqp://u@h/"),
-        ("amqp://h/", "amqp://h/"),
-        ("amqp://u:secret@[::1]:5672/?heartbeat=5", "amqp://u:***@[::1]:5672/?heartbeat=5"),
-    ],
-)
-def test_masked_url(url: str, masked: str) -> None:
-    """The password, and only the password, becomes ***; a URL without one is unchanged."""
-    assert _broker(url).masked_url == masked
-
-
-@pytest.mark.parametrize(
-    ("url", "login"),
-    [
-        ("amqp://orders:pw@h/", "orders"),
-        ("amqp://svc%40x:pw@h/", "svc@x"),
-        ("amqp://h/", "guest"),
-        ("amqp://:pw@h/", "guest"),
-    ],
-)
-def test_login(url: str, login: str) -> None:
-    """The login is the URL's user, decoded, or guest, exactly as aiormq logs in.
-
-    RabbitMQ compares user_id with this login, so it must match what the client sends.
-    """
-    assert _broker(url).login == login
 
 
 @pytest.mark.parametrize(
@@ -840,7 +803,9 @@ URL_FILE_MAP = (
 def test_the_broker_url_can_come_from_a_mounted_file() -> None:
     files = {"/run/secrets/amqp-url": "amqps://relay:s3cret@rabbit:5671/prod\n"}
     route_map = parse_route_map(URL_FILE_MAP, source="r.yaml", env={}, read_file=files.__getitem__)
-    assert route_map.broker.url == "amqps://relay:s3cret@rabbit:5671/prod"
+    assert route_map.broker.addresses == (
+        BrokerAddress.parse("amqps://relay:s3cret@rabbit:5671/prod"),
+    )
     assert "s3cret" not in describe(route_map)
 
 
@@ -858,7 +823,9 @@ def test_a_url_file_that_cannot_be_read_names_its_line_and_what_to_do() -> None:
 
 def test_a_bad_url_in_the_file_is_reported_on_the_url_file_line_without_its_password() -> None:
     files = {"/run/secrets/amqp-url": "http://relay:s3cret@rabbit/"}
-    with pytest.raises(ConfigError, match=r"^r\.yaml:2: broker\.url: the scheme") as caught:
+    with pytest.raises(
+        ConfigError, match=r"^r\.yaml:2: broker\.url: the broker URL must start"
+    ) as caught:
         parse_route_map(URL_FILE_MAP, source="r.yaml", env={}, read_file=files.__getitem__)
     assert "s3cret" not in str(caught.value)
 
@@ -874,4 +841,6 @@ def test_load_route_map_reads_the_url_file(tmp_path: Path) -> None:
     secret.write_text("amqp://relay:pw@rabbit/\n", encoding="utf-8")
     config = tmp_path / "routes.yaml"
     config.write_text(URL_FILE_MAP.replace("/run/secrets/amqp-url", str(secret)), encoding="utf-8")
-    assert load_route_map(config, env={}).broker.url == "amqp://relay:pw@rabbit/"
+    assert load_route_map(config, env={}).broker.addresses == (
+        BrokerAddress.parse("amqp://relay:pw@rabbit/"),
+    )

@@ -1,0 +1,298 @@
+"""A three-node RabbitMQ cluster on this machine, of the test session's own.
+
+Each node has its own name (``acemq-c1@localhost`` ...), AMQP port (loopback only),
+distribution port, config, data and log folders, started the way
+``tests/faults/private_node.py`` starts one node. The nodes share an Erlang cookie drawn for
+the session and passed to the server (``-setcookie``) and to every ``rabbitmqctl``
+(``--erlang-cookie``): nothing else on the machine can reach them, and no command of these
+tests can reach the shared broker, whose cookie differs. c2 and c3 ``join_cluster`` c1.
+
+The cluster runs with ``cluster_partition_handling = pause_minority`` (docs/scaling.md says
+why), and is stopped and its folder removed at the end whatever happened.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from tests.e2e.conftest import free_port
+from tests.faults.conftest import RabbitCtl
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+NODES = ("acemq-c1@localhost", "acemq-c2@localhost", "acemq-c3@localhost")
+START_TIMEOUT_S = 120.0
+CTL_TIMEOUT_S = 90.0
+POLL_S = 0.5
+CONFIG = """\
+listeners.tcp.local = 127.0.0.1:{amqp_port}
+cluster_partition_handling = pause_minority
+loopback_users = none
+"""
+
+
+@dataclass
+class Node:
+    """One node of the cluster: where to connect, how to reach it with rabbitmqctl."""
+
+    name: str
+    amqp_port: int
+    dist_port: int
+    base: Path
+    cookie: str = field(repr=False)
+
+    @property
+    def url(self) -> str:
+        """The node's AMQP URL (guest may log in: the listener is loopback only)."""
+        return f"amqp://guest:guest@127.0.0.1:{self.amqp_port}/"
+
+    @property
+    def endpoint(self) -> str:
+        """``127.0.0.1:PORT``, as the sidecar's /readyz and logs name the node."""
+        return f"127.0.0.1:{self.amqp_port}"
+
+    @property
+    def ctl(self) -> RabbitCtl:
+        """``rabbitmqctl`` for this node alone (the session's cookie, its name)."""
+        return RabbitCtl(command=self._command("rabbitmqctl"), vhost="/")
+
+    def _command(self, tool: str) -> tuple[str, ...]:
+        return (tool, "--erlang-cookie", self.cookie, "-n", self.name)
+
+    def run(self, tool: str, *args: str, check: bool = True) -> str:
+        """Run a RabbitMQ CLI tool against this node; fail the test if it fails (``check``)."""
+        result = subprocess.run(
+            [*self._command(tool), *args],
+            capture_output=True,
+            check=False,
+            text=True,
+            timeout=CTL_TIMEOUT_S,
+        )
+        if check and result.returncode != 0:
+            pytest.fail(f"{tool} {' '.join(args)} on {self.name}: {result.stdout}{result.stderr}")
+        return result.stdout
+
+    def environment(self) -> dict[str, str]:
+        """The environment ``rabbitmq-server`` starts this node with."""
+        return {
+            **os.environ,
+            "RABBITMQ_NODENAME": self.name,
+            "RABBITMQ_NODE_PORT": str(self.amqp_port),
+            "RABBITMQ_DIST_PORT": str(self.dist_port),
+            "RABBITMQ_MNESIA_BASE": str(self.base / "mnesia"),
+            "RABBITMQ_LOG_BASE": str(self.base / "log"),
+            "RABBITMQ_CONFIG_FILE": str(self.base / "rabbitmq.conf"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": str(self.base / "enabled_plugins"),
+            "RABBITMQ_CONF_ENV_FILE": str(self.base / "rabbitmq-env.conf"),
+            "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": f"-setcookie {self.cookie}",
+        }
+
+    def write_files(self) -> None:
+        """Write the node's config, plugins (none) and environment file."""
+        self.base.mkdir(parents=True, exist_ok=True)
+        (self.base / "rabbitmq.conf").write_text(
+            CONFIG.format(amqp_port=self.amqp_port), encoding="utf-8"
+        )
+        (self.base / "enabled_plugins").write_text("[].\n", encoding="utf-8")
+        # Our own environment file: the system one names the shared node.
+        (self.base / "rabbitmq-env.conf").write_text(
+            f'NODENAME={self.name}\nexport ERL_FLAGS="-kernel inet_dist_use_interface'
+            ' {127,0,0,1}"\n',
+            encoding="utf-8",
+        )
+        _hand_to_rabbitmq(self.base)
+
+    def start(self) -> None:
+        """``rabbitmq-server -detached`` (returns before the node is up: see await_up)."""
+        subprocess.run(
+            ["rabbitmq-server", "-detached"],
+            env=self.environment(),
+            capture_output=True,
+            check=False,
+            timeout=CTL_TIMEOUT_S,
+        )
+
+    def is_up(self) -> bool:
+        """Whether the node answers ``await_startup`` now."""
+        result = subprocess.run(
+            [*self._command("rabbitmqctl"), "await_startup", "--timeout", "5"],
+            capture_output=True,
+            check=False,
+            timeout=CTL_TIMEOUT_S,
+        )
+        return result.returncode == 0
+
+    def await_up(self) -> None:
+        """Wait until the node runs RabbitMQ; fail with its log if it does not in time."""
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not self.is_up():
+            if time.monotonic() > deadline:
+                pytest.fail(f"{self.name} did not start in {START_TIMEOUT_S:g}s\n{self.log_tail()}")
+            time.sleep(POLL_S)
+
+    def os_pid(self) -> int:
+        """The node's Erlang VM process (beam.smp)."""
+        return int(self.run("rabbitmqctl", "eval", "list_to_integer(os:getpid()).").strip())
+
+    def kill(self) -> None:
+        """``kill -9`` the node's VM: no goodbye to its peers or its clients."""
+        pid = self.os_pid()
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + CTL_TIMEOUT_S
+        while _alive(pid):
+            if time.monotonic() > deadline:
+                pytest.fail(f"{self.name} (pid {pid}) survived SIGKILL")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        """Stop the node (the VM too); its quorum queue members go with it."""
+        self.run("rabbitmqctl", "stop")
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The end of the node's log, for a failure message."""
+        logs = sorted(self.base.glob("log/*.log"))
+        if not logs:
+            return "(no node log)"
+        text = logs[-1].read_text(encoding="utf-8", errors="replace").splitlines()
+        return "\n".join(text[-lines:])
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+
+
+def _hand_to_rabbitmq(base: Path) -> None:
+    """Let the server, which the scripts run as ``rabbitmq`` under root, write its folder."""
+    if os.geteuid() != 0:
+        return
+    import pwd  # noqa: PLC0415 - POSIX only, and only needed as root
+
+    try:
+        user = pwd.getpwnam("rabbitmq")
+    except KeyError:
+        return
+    for path in [base.parent, base, *base.rglob("*")]:
+        os.chown(path, user.pw_uid, user.pw_gid)
+
+
+@dataclass
+class Cluster:
+    """Three running nodes joined in one cluster."""
+
+    nodes: tuple[Node, ...]
+
+    @property
+    def urls(self) -> list[str]:
+        """Every node's AMQP URL, c1 first."""
+        return [node.url for node in self.nodes]
+
+    def node(self, endpoint: str) -> Node:
+        """The node serving AMQP at ``endpoint`` (``127.0.0.1:PORT``)."""
+        return next(node for node in self.nodes if node.endpoint == endpoint)
+
+    def others(self, *nodes: Node) -> list[Node]:
+        """The nodes not given."""
+        return [node for node in self.nodes if node not in nodes]
+
+    def running(self) -> list[str]:
+        """The running nodes as the first node that answers sees them."""
+        for node in self.nodes:
+            if node.is_up():
+                out = node.run("rabbitmqctl", "eval", "rabbit_nodes:all_running().")
+                return sorted(name for name in NODES if name in out)
+        return []
+
+    def wait_all_running(self) -> None:
+        """Wait until every node runs and sees the other two."""
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while (running := self.running()) != sorted(NODES):
+            if time.monotonic() > deadline:
+                pytest.fail(f"the cluster did not come back: only {running} run")
+            time.sleep(POLL_S)
+
+    def leader(self, queue: str) -> Node:
+        """The node that leads a quorum queue now."""
+        for node in self.nodes:
+            if not node.is_up():
+                continue
+            out = node.run(
+                "rabbitmqctl", "list_queues", "name", "leader", "--no-table-headers", "-q"
+            )
+            for line in out.splitlines():
+                name, _, leader = line.partition("\t")
+                if name == queue:
+                    return next(n for n in self.nodes if n.name == leader.strip())
+        pytest.fail(f"no node knows a leader of {queue}")
+
+    def beam_pids(self) -> list[int]:
+        """The Erlang VM process of every running node (for CPU from /proc)."""
+        return [node.os_pid() for node in self.nodes if node.is_up()]
+
+
+def _require_rabbitmq() -> None:
+    if shutil.which("rabbitmq-server") is None or shutil.which("rabbitmqctl") is None:
+        message = "rabbitmq-server is not installed: the three-node cluster cannot start"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+@contextlib.contextmanager
+def three_node_cluster() -> Iterator[Cluster]:
+    """Start three nodes, join them, yield the cluster; stop them and remove their folder after.
+
+    Refuses to start when a node of one of these names already runs (it may be somebody's,
+    or a previous run's left behind: ``rabbitmqctl -n NAME stop`` with its cookie).
+    """
+    _require_rabbitmq()
+    cookie = secrets.token_hex(16).upper()
+    with tempfile.TemporaryDirectory(prefix="acemq-cluster-") as folder:
+        nodes = tuple(
+            Node(
+                name=name,
+                amqp_port=free_port(),
+                dist_port=free_port(),
+                base=Path(folder) / name.partition("@")[0],
+                cookie=cookie,
+            )
+            for name in NODES
+        )
+        for node in nodes:
+            if subprocess.run(
+                ["epmd", "-names"], capture_output=True, check=False, text=True, timeout=10
+            ).stdout.count(f"name {node.name.partition('@')[0]} "):
+                pytest.fail(f"a node called {node.name} already runs; stop it first")
+        try:
+            for node in nodes:
+                node.write_files()
+                node.start()
+            for node in nodes:
+                node.await_up()
+            first = nodes[0]
+            for node in nodes[1:]:
+                node.run("rabbitmqctl", "stop_app")
+                node.run("rabbitmqctl", "join_cluster", first.name)
+                node.run("rabbitmqctl", "start_app")
+            cluster = Cluster(nodes)
+            cluster.wait_all_running()
+            yield cluster
+        finally:
+            for node in nodes:
+                node.run("rabbitmqctl", "stop", check=False)
