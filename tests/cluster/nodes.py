@@ -33,7 +33,9 @@ from tests.faults.conftest import RabbitCtl
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-NODES = ("acemq-c1@localhost", "acemq-c2@localhost", "acemq-c3@localhost")
+# Named after this process too, so that two runs on one machine (a developer's and CI's,
+# or a run left behind) never meet on a node name.
+NODES = tuple(f"acemq-c{i}-{os.getpid()}@localhost" for i in (1, 2, 3))
 START_TIMEOUT_S = 120.0
 CTL_TIMEOUT_S = 90.0
 POLL_S = 0.5
