@@ -26,7 +26,7 @@ DEFAULT_PORTS: Final = {"amqp": 5672, "amqps": 5671}
 FRAME_MIN: Final = 4096  # AMQP 0-9-1's frame-min-size: the least a peer may ask for
 _U16: Final = 0xFFFF
 _U32: Final = 0xFFFF_FFFF
-_SUPPORTED_MECHANISMS: Final = frozenset({"PLAIN"})
+_SUPPORTED_MECHANISMS: Final = frozenset({"PLAIN", "AMQPLAIN", "EXTERNAL"})
 _KNOWN_MECHANISMS: Final = frozenset({"PLAIN", "AMQPLAIN", "EXTERNAL", "RABBIT-CR-DEMO"})
 # RabbitMQ's TLS query parameters: the route map's broker.tls carries these instead.
 _TLS_PARAMETERS: Final = frozenset(
@@ -79,7 +79,9 @@ class BrokerAddress:
 
     ``None`` for a query parameter means the URL did not set it. ``frame_max`` and
     ``channel_max`` are ceilings (0: none of the URL's own); the connection takes the
-    least of the URL's, the client's and the broker's.
+    least of the URL's, the client's and the broker's. ``auth_mechanisms`` empty: the
+    client picks from the broker's list; ``login_given`` false: the URL named no user
+    (``login`` is then guest).
     """
 
     host: str
@@ -92,7 +94,8 @@ class BrokerAddress:
     connect_timeout_s: float | None = None
     channel_max: int | None = None
     frame_max: int | None = None
-    auth_mechanisms: tuple[str, ...] = ("PLAIN",)
+    auth_mechanisms: tuple[str, ...] = ()
+    login_given: bool = True
 
     @classmethod
     def parse(cls, url: str) -> BrokerAddress:
@@ -125,6 +128,12 @@ class BrokerAddress:
         host, port = _host_and_port(parts.netloc.rpartition("@")[2], scheme)
         userinfo, at, _ = parts.netloc.rpartition("@")
         login, _, password = userinfo.partition(":") if at else ("", "", "")
+        query = _query(parts.query)
+        if "EXTERNAL" in query.get("auth_mechanisms", ()) and scheme != "amqps":
+            raise _refuse(
+                "auth_mechanism",
+                "is external, which logs in with the client certificate: it needs amqps://",
+            )
         return cls(
             host=host,
             port=port,
@@ -132,7 +141,8 @@ class BrokerAddress:
             login=unquote(login) or "guest",
             password=Secret(unquote(password) or "guest"),
             tls=scheme == "amqps",
-            **_query(parts.query),
+            login_given=bool(unquote(login)),
+            **query,
         )
 
     @property
@@ -158,7 +168,7 @@ class BrokerAddress:
             items.append(("channel_max", str(self.channel_max)))
         if self.frame_max is not None:
             items.append(("frame_max", str(self.frame_max)))
-        if self.auth_mechanisms != ("PLAIN",):
+        if self.auth_mechanisms:
             items += [("auth_mechanism", m.lower()) for m in self.auth_mechanisms]
         return items
 
@@ -268,7 +278,8 @@ def _mechanism(value: str) -> str:
     if mechanism in _KNOWN_MECHANISMS:
         raise _refuse(
             "auth_mechanism",
-            f"is {value!r}, which the client does not support yet; it logs in with plain",
+            f"is {value!r}, which the client does not support; it speaks plain, amqplain"
+            " and external",
         )
     raise _refuse("auth_mechanism", f"is {value!r}, not a SASL mechanism the client knows")
 

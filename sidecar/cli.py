@@ -1,4 +1,4 @@
-"""The ``acemq-sidecar`` command line: run, check, normalise, conform.
+"""The ``acemq-sidecar`` command line: run, check, normalise, conform, quarantine.
 
 The shell: parses arguments, reads files and stdin, configures logging, and hands off to
 the modules that do the work. Exit codes: 0 success, 1 a conformance failure or a runtime
@@ -19,13 +19,17 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sidecar import startup_signals
 from sidecar.contract import normalise
-from sidecar.errors import ConfigError
+from sidecar.errors import ConfigError, TlsFileError
 from sidecar.logs import LEVELS, parse_level
 from sidecar.vectors import VectorError, message_from_json, run_vector, verdict_to_json
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine, Sequence
+
+    from sidecar import quarantine_tool
+    from sidecar.quarantine import QuarantinedMessage, Selection
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -101,6 +105,8 @@ def _check(file: str) -> int:
 
 
 def _run(file: str, *, log_level: str | None) -> int:
+    # First: a SIGTERM while the rest imports and the map loads is a clean stop, not -15.
+    startup_signals.hold()
     # Imported here so that `conform` and `normalise` start without the I/O stack.
     from prometheus_client import CollectorRegistry  # noqa: PLC0415
 
@@ -133,6 +139,127 @@ def _run(file: str, *, log_level: str | None) -> int:
     except OSError as e:  # the HTTP port is taken
         print(f"acemq-sidecar: {e}", file=sys.stderr)
         return EXIT_FAILED
+
+
+# --- quarantine list / replay ---------------------------------------------------------------
+
+
+def _nonempty(text: str) -> str:
+    """Read a filter's text for argparse: an empty one would match nothing or everything."""
+    if not text:
+        raise argparse.ArgumentTypeError("must not be empty")
+    return text
+
+
+def _positive(text: str) -> int:
+    """Read ``--limit`` for argparse: a whole number of messages, at least 1."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(
+            f"must be a whole number of messages, 1 or more; got {text!r}"
+        )
+    return int(text)
+
+
+def _quarantine_arguments(command: argparse.ArgumentParser) -> None:
+    command.add_argument("queue", metavar="QUEUE", help="the quarantine queue")
+    command.add_argument("--route", type=_nonempty, help="only messages quarantined by this route")
+    command.add_argument(
+        "--reason", type=_nonempty, metavar="TEXT", help="only messages whose reason holds TEXT"
+    )
+    command.add_argument("--id", type=_nonempty, help="only the message with this x-acemq-id")
+    command.add_argument("--limit", type=_positive, metavar="N", help="at most N selected messages")
+    broker = command.add_mutually_exclusive_group()
+    broker.add_argument(
+        "--config", metavar="FILE", help="take the broker from this route map's broker section"
+    )
+    broker.add_argument("--url", metavar="URL", help="the broker URL (default: $AMQP_URL)")
+
+
+def _quarantine(args: argparse.Namespace) -> int:
+    from sidecar import quarantine_tool  # noqa: PLC0415 - the I/O stack, for these only
+    from sidecar.quarantine import Selection  # noqa: PLC0415
+
+    try:
+        target = _broker_target(args.config, args.url)
+    except (ConfigError, TlsFileError, ValueError) as e:  # BrokerAddressError: a ValueError
+        print(f"acemq-sidecar quarantine: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    selection = Selection(
+        route=args.route, reason_contains=args.reason, message_id=args.id, limit=args.limit
+    )
+    try:
+        return _run_loop(_quarantine_command(args, target, selection))
+    except quarantine_tool.QuarantineInputError as e:
+        print(f"acemq-sidecar quarantine: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except ConnectionError as e:  # the text never holds the password
+        print(f"acemq-sidecar quarantine: broker {target.address.masked()}: {e}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+def _broker_target(config: str | None, url: str | None) -> quarantine_tool.BrokerTarget:
+    from sidecar.address import BrokerAddress  # noqa: PLC0415
+    from sidecar.quarantine_tool import BrokerTarget  # noqa: PLC0415
+
+    if config is not None:
+        from sidecar.route_files import load_config  # noqa: PLC0415
+        from sidecar.tls import client_context  # noqa: PLC0415
+
+        broker = load_config(config, env=os.environ).broker
+        address = broker.addresses[0]  # a cluster's first node: any node serves its queues
+        return BrokerTarget(
+            address=address,
+            ssl_context=client_context(broker.tls) if address.tls else None,
+            heartbeat_s=broker.heartbeat_s,
+            connect_timeout_s=broker.connect_timeout_s,
+        )
+    url = url if url is not None else os.environ.get("AMQP_URL")
+    if url is None:
+        raise ValueError("no broker: give --config routes.yaml or --url URL, or set AMQP_URL")
+    return BrokerTarget(address=BrokerAddress.parse(url))
+
+
+async def _quarantine_command(
+    args: argparse.Namespace, target: quarantine_tool.BrokerTarget, selection: Selection
+) -> int:
+    from sidecar import quarantine_tool  # noqa: PLC0415
+    from sidecar.clock import Clock  # noqa: PLC0415
+    from sidecar.quarantine import format_rows  # noqa: PLC0415
+
+    connection = await quarantine_tool.open_connection(target)
+    try:
+        if args.quarantine == "list":
+            rows: list[QuarantinedMessage] = []
+
+            def on_row(row: QuarantinedMessage) -> None:
+                if args.json:  # JSON lines leave as they come; a table needs every row
+                    print(format_rows([row], as_json=True)[0], flush=True)
+                else:
+                    rows.append(row)
+
+            report = await quarantine_tool.list_messages(
+                connection, args.queue, selection, now_ms=Clock.system().now_ms(), on_row=on_row
+            )
+            if not args.json and report.selected:
+                print("\n".join(format_rows(rows, as_json=False)))
+            for note in report.notes():
+                print(note, file=sys.stderr)
+            return EXIT_FAILED if report.interrupted else EXIT_OK
+        replay = await quarantine_tool.replay_messages(
+            connection,
+            args.queue,
+            selection,
+            to=args.to,
+            dry_run=args.dry_run,
+            clock=Clock.system(),
+            progress=sys.stderr,
+        )
+        print("\n".join(replay.summary()))
+        for note in replay.read.notes():
+            print(note, file=sys.stderr)
+        return EXIT_OK if replay.all_replayed and not replay.read.interrupted else EXIT_FAILED
+    finally:
+        await connection.close()
 
 
 def _run_loop(main: Coroutine[Any, Any, int]) -> int:
@@ -173,6 +300,30 @@ def build_parser() -> argparse.ArgumentParser:
         "normalise",
         help="normalise one vector-format message read as JSON on stdin; print the verdict",
     )
+    quarantine = commands.add_parser(
+        "quarantine", help="look into a quarantine queue, replay what was fixed"
+    )
+    actions = quarantine.add_subparsers(dest="quarantine", required=True)
+    listing = actions.add_parser(
+        "list", help="a row per message; changes nothing (every message goes back, in order)"
+    )
+    _quarantine_arguments(listing)
+    listing.add_argument("--json", action="store_true", help="JSON lines instead of a table")
+    replay = actions.add_parser(
+        "replay",
+        help="send the selected originals back to their staging queue, stamped as replays",
+    )
+    _quarantine_arguments(replay)
+    replay.add_argument(
+        "--dry-run", action="store_true", help="say what would be replayed; change nothing"
+    )
+    replay.add_argument(
+        "--to",
+        metavar="QUEUE",
+        type=_nonempty,
+        help="replay to this queue instead of the one"
+        " each message came from (acemq-quarantined-from)",
+    )
     return parser
 
 
@@ -188,6 +339,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _conform(args.files)
         case "normalise":
             return _normalise_stdin()
+        case "quarantine":
+            return _quarantine(args)
     return EXIT_USAGE  # pragma: no cover - argparse enforces the choices
 
 

@@ -27,7 +27,7 @@ from sidecar.producers import DEFAULT_PRODUCERS_PER_ROUTE, UNKNOWN, ProducerLabe
 from sidecar.settlement import Outcome
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
 
     from prometheus_client import CollectorRegistry
 
@@ -79,6 +79,8 @@ class _RouteSeries:
     messages: dict[Outcome, Counter]
     relay_seconds: Histogram
     route_up: Gauge
+    retried_copies: Counter
+    dead_lettered: Counter
 
 
 class Metrics:
@@ -152,6 +154,31 @@ class Metrics:
             " reconnecting (every route is stopped then).",
             registry=registry,
         )
+        self._retried_copies = Counter(
+            f"{PREFIX}retried_copies_total",
+            "Copies published again after the broker nacked one or lost it with its channel"
+            " before the confirm: each may have reached some queues already, so each may be"
+            " a duplicate downstream (same x-acemq-id). Bounded per message by"
+            " broker.nack_retry.",
+            ["route"],
+            registry=registry,
+        )
+        self._dead_lettered = Counter(
+            f"{PREFIX}dead_lettered_total",
+            "Staging messages rejected (requeue=false) because neither the target nor the"
+            " quarantine exchange took them before the broker's consumer_timeout: the broker"
+            " dead-letters them to the staging queue's dead-letter exchange, or drops them"
+            " when it has none. Any rise needs an operator (see the log).",
+            ["route"],
+            registry=registry,
+        )
+        self._broker_blocked = Gauge(
+            f"{PREFIX}broker_blocked",
+            "1 while the broker blocks the connection (connection.blocked: a memory or disk"
+            " alarm): nothing is published, /readyz gives the broker's reason.",
+            registry=registry,
+        )
+        self._broker_blocked.set(0)
         self._reconnects = Counter(
             f"{PREFIX}reconnects_total",
             "AMQP connections re-established after one was lost (the first connect is not"
@@ -199,6 +226,8 @@ class Metrics:
         self._in_flight.remove(route)
         del self._in_flight_counts[route]
         self._route_up.remove(route)
+        self._retried_copies.remove(route)
+        self._dead_lettered.remove(route)
         for key in [key for key in self._violation_children if key[0] == route]:
             del self._violation_children[key]
             self._violations.remove(*key)
@@ -258,6 +287,20 @@ class Metrics:
         """Record whether the AMQP connection is open."""
         self._broker_connected.set(1 if connected else 0)
 
+    def count_retried_copy(self, route: str) -> None:
+        """Count one copy published again after a nack or a lost channel (a maybe-duplicate)."""
+        series = self._routes.get(route) or self._series(route)
+        series.retried_copies.inc()
+
+    def count_dead_lettered(self, route: str) -> None:
+        """Count one staging message rejected to its queue's dead-letter exchange."""
+        series = self._routes.get(route) or self._series(route)
+        series.dead_lettered.inc()
+
+    def watch_broker_blocked(self, is_blocked: Callable[[], bool]) -> None:
+        """Read ``broker_blocked`` from ``is_blocked`` at every scrape (from any thread)."""
+        self._broker_blocked.set_function(lambda: 1.0 if is_blocked() else 0.0)
+
     def count_reconnect(self) -> None:
         """Count one connection re-established after a loss."""
         self._reconnects.inc()
@@ -275,6 +318,8 @@ class Metrics:
             messages={outcome: self._messages.labels(route, outcome) for outcome in Outcome},
             relay_seconds=self._relay_seconds.labels(route),
             route_up=self._route_up.labels(route),
+            retried_copies=self._retried_copies.labels(route),
+            dead_lettered=self._dead_lettered.labels(route),
         )
         counts = self._in_flight_counts
         counts[route] = 0

@@ -7,7 +7,7 @@ pure: no parsing, no I/O. ``route_parse`` builds these objects from a file.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
@@ -25,6 +25,7 @@ __all__ = [
     "Mode",
     "Publishers",
     "Route",
+    "RouteLimits",
     "RouteMap",
     "TlsConfig",
 ]
@@ -93,6 +94,32 @@ class HttpConfig:
         return host_port(self.host, self.port)
 
 
+# RabbitMQ's own default consumer_timeout: 30 minutes.
+DEFAULT_CONSUMER_TIMEOUT_S = 1800.0
+DEFAULT_NACK_MAX_ATTEMPTS = 10
+DEFAULT_NACK_MAX_S = 300.0
+# The chart's memory limit is 256 MiB; a message in flight costs about twice its size in
+# the process (the delivery and its copy's frames), and the rest is the sidecar itself.
+DEFAULT_MAX_IN_FLIGHT_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RouteLimits:
+    """How long and how often a route retries a delivery the broker will not take, and bytes.
+
+    ``consumer_timeout_s`` is the broker's delivery-acknowledgement timeout as the route map
+    says it is (the broker does not tell its clients): a delivery held this long would be
+    taken back by the broker, so the route settles it well before. ``nack_max_attempts`` and
+    ``nack_max_s`` bound the retries of a copy the broker nacks (each may duplicate it).
+    ``max_in_flight_bytes`` bounds the bodies in flight on one route.
+    """
+
+    consumer_timeout_s: float = DEFAULT_CONSUMER_TIMEOUT_S
+    nack_max_attempts: int = DEFAULT_NACK_MAX_ATTEMPTS
+    nack_max_s: float = DEFAULT_NACK_MAX_S
+    max_in_flight_bytes: int = DEFAULT_MAX_IN_FLIGHT_BYTES
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Route:
     """One staging queue relayed to one exchange, with the per-route overrides resolved."""
@@ -105,6 +132,7 @@ class Route:
     origin: str | None
     mode: Mode
     prefetch: int
+    limits: RouteLimits = field(default_factory=RouteLimits)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

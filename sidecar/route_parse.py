@@ -27,7 +27,15 @@ from pydantic import ValidationError
 
 from sidecar.errors import ConfigError, TlsFileError
 from sidecar.route_errors import line_for, translate
-from sidecar.route_map import BrokerConfig, HttpConfig, MetricsConfig, Route, RouteMap, TlsConfig
+from sidecar.route_map import (
+    BrokerConfig,
+    HttpConfig,
+    MetricsConfig,
+    Route,
+    RouteLimits,
+    RouteMap,
+    TlsConfig,
+)
 from sidecar.route_schema import DEFAULT_BROKER_URL, RouteMapFile, split_listen
 from sidecar.route_text import show
 from sidecar.route_yaml import format_path, interpolate, read_yaml
@@ -276,6 +284,12 @@ def _check_broker(file: RouteMapFile, reader: TreeReader) -> None:
 def _build(file: RouteMapFile) -> RouteMap:
     broker = file.broker
     host, port = split_listen(file.http.listen)
+    limits = RouteLimits(
+        consumer_timeout_s=broker.consumer_timeout_s,
+        nack_max_attempts=broker.nack_retry.max_attempts,
+        nack_max_s=broker.nack_retry.max_s,
+        max_in_flight_bytes=broker.max_in_flight_bytes,
+    )
     return RouteMap(
         broker=BrokerConfig(
             addresses=tuple(address for _, address in _addresses(file)),
@@ -304,6 +318,7 @@ def _build(file: RouteMapFile) -> RouteMap:
                 origin=route.origin,
                 mode=file.mode if route.mode is None else route.mode,
                 prefetch=broker.prefetch if route.prefetch is None else route.prefetch,
+                limits=limits,
             )
             for route in file.routes
         ),

@@ -27,7 +27,14 @@ from sidecar.address import BrokerAddress
 from sidecar.contract import Publishers
 from sidecar.errors import BrokerAddressError
 from sidecar.producers import DEFAULT_PRODUCERS_PER_ROUTE
-from sidecar.route_map import LogLevel, Mode
+from sidecar.route_map import (
+    DEFAULT_CONSUMER_TIMEOUT_S,
+    DEFAULT_MAX_IN_FLIGHT_BYTES,
+    DEFAULT_NACK_MAX_ATTEMPTS,
+    DEFAULT_NACK_MAX_S,
+    LogLevel,
+    Mode,
+)
 from sidecar.route_text import show
 from sidecar.route_yaml import ProblemError
 
@@ -158,6 +165,15 @@ class _TlsFile(_Strict):
     key_file: _OptionalPath = None
 
 
+class _NackRetryFile(_Strict):
+    max_attempts: Annotated[int, Field(ge=1, le=1000), BeforeValidator(_refuse_bool)] = (
+        DEFAULT_NACK_MAX_ATTEMPTS
+    )
+    max_s: Annotated[
+        float, Field(gt=0, le=86400, allow_inf_nan=False), BeforeValidator(_refuse_bool)
+    ] = DEFAULT_NACK_MAX_S
+
+
 class _BrokerFile(_Strict):
     # parse_route_map fills in DEFAULT_BROKER_URL, interpolated, unless urls is set.
     url: _BrokerUrl | None = None
@@ -169,6 +185,14 @@ class _BrokerFile(_Strict):
     connect_timeout_s: Annotated[
         float, Field(gt=0, allow_inf_nan=False), BeforeValidator(_refuse_bool)
     ] = 10.0
+    # RabbitMQ's consumer_timeout as the broker is configured (it does not tell clients).
+    consumer_timeout_s: Annotated[
+        float, Field(ge=1, le=7 * 86400, allow_inf_nan=False), BeforeValidator(_refuse_bool)
+    ] = DEFAULT_CONSUMER_TIMEOUT_S
+    nack_retry: _NackRetryFile = _NackRetryFile()
+    max_in_flight_bytes: Annotated[
+        int, Field(ge=65536, le=2**40), BeforeValidator(_refuse_bool)
+    ] = DEFAULT_MAX_IN_FLIGHT_BYTES
 
 
 class _HttpFile(_Strict):

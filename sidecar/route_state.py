@@ -21,7 +21,9 @@ class RouteState:
 
     The only writer of the route's ``route_up`` and ``in_flight`` series. A route is up
     while its channel consumes and no delivery is held; a held delivery (the broker will
-    not take its copy for now) keeps it paused until that delivery is settled.
+    not take its copy for now) keeps it paused until that delivery is settled or let go
+    (the broker took it back): when the last one goes and the channel consumes, the
+    route is up again, whether or not another message ever comes.
     """
 
     def __init__(self, route: str, *, metrics: Metrics, log: RouteLog, clock: Clock) -> None:
@@ -36,6 +38,8 @@ class RouteState:
         self.idle = asyncio.Event()
         self.idle.set()
         self.acked_since_open = False
+        self._channel_consumes = False
+        self._paused_by_hold = False  # the pause is the held deliveries', nothing else's
         # False once a reload has handed the route's gauge to this worker's successor.
         self._owns_gauge = True
 
@@ -45,6 +49,8 @@ class RouteState:
 
     def consuming(self, *, queue: str, exchange: str) -> None:
         """Record that the channel consumes; up unless deliveries held on an old one remain."""
+        self._channel_consumes = True
+        self._paused_by_hold = self.held > 0
         if self.held == 0:
             self.pause_reason = None
             self._set_up(up=True)
@@ -56,25 +62,50 @@ class RouteState:
             extra={"route": self._route},
         )
 
-    def pause(self, reason: str) -> None:
-        """Record that the route cannot consume or settle for now, and why (unless stopping)."""
+    def pause(self, reason: str, *, by_hold: bool = False) -> None:
+        """Record that the route cannot consume or settle for now, and why (unless stopping).
+
+        ``by_hold``: a held delivery's reason, which ends when the last held one goes.
+        """
         if self.stopping:
             return
+        self._paused_by_hold = by_hold
         self._set_up(up=False)
         was_up = self.pause_reason is None
         self._log.paused(reason, now=self._clock.monotonic(), was_up=was_up)
         self.pause_reason = reason
 
-    def settled(self, *, channel_open: bool) -> None:
+    def channel_closed(self, reason: str) -> None:
+        """Record that the route's channel closed (the worker reopens it with backoff)."""
+        self._channel_consumes = False
+        self.pause(reason)
+
+    def settled(self) -> None:
         """Record an acked delivery: once nothing is held, the route works (again)."""
         self.acked_since_open = True
-        if self.pause_reason is not None and self.held == 0 and channel_open and not self.stopping:
+        self._resume_if_free()
+
+    def released(self) -> None:
+        """Record that a held delivery went (settled, or let go to the broker)."""
+        self.held -= 1
+        if self.held == 0 and self._paused_by_hold:
+            self._resume_if_free()
+
+    def _resume_if_free(self) -> None:
+        if (
+            self.pause_reason is not None
+            and self.held == 0
+            and self._channel_consumes
+            and not self.stopping
+        ):
             log.info("route %s resumed", self._route, extra={"route": self._route})
             self.pause_reason = None
+            self._paused_by_hold = False
             self._set_up(up=True)
 
     def stopped(self) -> None:
         """Record that the worker ended: the route is down."""
+        self._channel_consumes = False
         self._set_up(up=False)
         if self.pause_reason is None:
             self.pause_reason = "stopped"
@@ -111,10 +142,10 @@ class HeldDelivery:
         if not self._held:
             self._held = True
             self._state.held += 1
-        self._state.pause(reason)
+        self._state.pause(reason, by_hold=True)
 
     def release(self) -> None:
         """Stop counting the delivery as held (it was settled or let go)."""
         if self._held:
             self._held = False
-            self._state.held -= 1
+            self._state.released()

@@ -23,6 +23,7 @@ from sidecar.route_map import (
     Mode,
     Publishers,
     Route,
+    RouteLimits,
     RouteMap,
     TlsConfig,
 )
@@ -41,6 +42,7 @@ __all__ = [
     "Mode",
     "Publishers",
     "Route",
+    "RouteLimits",
     "RouteMap",
     "TlsConfig",
     "describe",

@@ -13,7 +13,7 @@ import logging
 import signal
 from typing import TYPE_CHECKING
 
-from sidecar import __version__
+from sidecar import __version__, startup_signals
 from sidecar.amqp import connect
 from sidecar.backoff import Backoff
 from sidecar.contract import CONTRACT_VERSION
@@ -112,6 +112,7 @@ class Service:
         self._config_stamp = self._stat_config()
         for route in route_map.routes:
             self._metrics.add_route(route.name)
+        self._metrics.watch_broker_blocked(lambda: self._blocked_reason() is not None)
 
     # --- probes (called from the HTTP thread: plain reads only) ---
 
@@ -135,15 +136,21 @@ class Service:
             return Probe(ok=False, detail=f"event loop has not run for {stale:.0f}s")
         return Probe(ok=True, detail="ok")
 
+    def _blocked_reason(self) -> str | None:
+        """Return the broker's reason while it blocks the open connection (from any thread)."""
+        connection = self._connection
+        return None if connection is None else connection.blocked_reason
+
     def readiness(self) -> Probe:
-        """Ready when connected and every route of the map consumes.
+        """Ready when connected, not blocked by the broker, and every route of the map consumes.
 
         ``detail`` has one ``route NAME: reason`` line per route that does not consume (or
-        ``broker: not connected``); ``report`` is the /readyz JSON body, every route with
-        "consuming" or its reason.
+        ``broker: not connected``, or ``broker: blocked: REASON``); ``report`` is the
+        /readyz JSON body, every route with "consuming" or its reason.
         """
         # Snapshots: the loop may swap the map or add and remove workers meanwhile.
         connected, route_map, workers = self._connected, self._route_map, dict(self._workers)
+        blocked = self._blocked_reason() if connected else None
         node = self._node
         routes: dict[str, str] = {}
         down: list[str] = []
@@ -158,10 +165,13 @@ class Service:
             else:
                 routes[route.name] = reason
                 down.append(f"route {route.name}: {reason}")
+        if blocked is not None:
+            down.insert(0, f"broker: blocked: {blocked}")
         ready = connected and not down
+        broker = "connected" if connected else "not connected"
         report = {
             "ready": ready,
-            "broker": "connected" if connected else "not connected",
+            "broker": broker if blocked is None else f"blocked: {blocked}",
             "routes": routes,
         }
         if connected and node is not None:  # which node of the cluster, the password masked
@@ -189,6 +199,8 @@ class Service:
             (signal.SIGHUP, self.request_reload),
         ):
             loop.add_signal_handler(signum, handler)
+        if startup_signals.stop_requested():  # a SIGTERM that came while starting
+            self.request_stop()
         self._health.start()
         log.info(
             "acemq-sidecar %s started: %d routes, metrics on port %d",

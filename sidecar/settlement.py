@@ -7,7 +7,13 @@ them. Two questions, each a total function over closed sets:
   target exchange or a ``Quarantine`` of the original;
 - ``after_publish``: what the broker's answer to that publish means, ``Done`` (ack it),
   ``Quarantine`` (publish the original to quarantine instead) or ``Hold`` (keep the
-  delivery unacked and try the same publish again later).
+  delivery unacked and try the same publish again later);
+- ``after_refusal``: what a publish channel the broker closed means for the delivery
+  whose publish it took down: retry it ``Alone`` on a fresh channel to learn whether the
+  refusal was its own, ``Quarantine`` it (or ``DeadLetter`` it) with the broker's words,
+  or ``Hold`` it for a retry;
+- ``after_hold``: how long a held delivery may still wait, or that it must go to
+  quarantine (or be dead-lettered) before the broker's consumer_timeout takes it back.
 
 And the one shape of a quarantine copy (DESIGN.md): the original's body and properties,
 its headers as received plus the reason and the staging queue.
@@ -32,17 +38,26 @@ if TYPE_CHECKING:
     from sidecar.wire import FieldValue
 
 __all__ = [
+    "ACCESS_REFUSED",
     "ORIGINAL_ERROR",
     "ORIGINAL_HEADERS",
     "QUARANTINED_FROM",
+    "Alone",
     "Copy",
+    "DeadLetter",
     "Done",
     "Hold",
+    "HoldLimits",
     "Outcome",
     "Quarantine",
     "Target",
+    "Wait",
+    "after_hold",
     "after_publish",
+    "after_refusal",
+    "blocked",
     "bounded",
+    "in_flight_window",
     "log_origin",
     "original_headers",
     "plan_delivery",
@@ -58,6 +73,19 @@ ORIGINAL_ERROR = "acemq-original-error"
 REASON_MAX = 4096  # characters of a reason kept in x-acemq-error and in a log line
 SHORT_REASON_MAX = 300  # a reason and a note that fit the smallest frame the broker allows
 ORIGIN_LOG_MAX = 200  # characters of an origin in a log line
+
+ACCESS_REFUSED = 403
+PRECONDITION_FAILED = 406
+# Channel-closing refusals the broker gives again for the same publish, whatever the
+# retry: no write permission, an internal exchange (403); a message above
+# max_message_size, a user_id that is not the login (406).
+REPEATED_REFUSALS = frozenset({ACCESS_REFUSED, PRECONDITION_FAILED})
+# Shares of the broker's consumer_timeout: a held copy goes to quarantine at the first,
+# a quarantine copy nobody takes is dead-lettered at the second; the rest is margin for
+# the quarantine publish, the reject, and the broker's own timer.
+QUARANTINE_SHARE = 0.5
+DEAD_LETTER_SHARE = 0.75
+DEADLINE_SLACK_S = 0.001  # a wait that ends this close to its deadline has reached it
 
 
 class Outcome(StrEnum):
@@ -112,13 +140,55 @@ class Hold:
 
     The delivery stays unacked on its channel (no requeue, so a quorum queue's delivery
     limit is not spent); ``reason`` is what /readyz and the log say meanwhile.
+    ``may_duplicate``: the broker may have routed the refused copy to some queues (a nack,
+    a channel lost before its confirm), so the retry may make a second copy there.
+    """
+
+    reason: str
+    may_duplicate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Alone:
+    """Publish the same plan again, alone on a fresh channel, to see whose refusal it was.
+
+    The broker closed a channel that carried other publishes too; only one of them may be
+    the one it refuses. ``may_duplicate`` as for ``Hold``.
+    """
+
+    reason: str
+    may_duplicate: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """Neither the target nor quarantine takes the delivery: reject it, requeue=false.
+
+    The broker dead-letters it to the staging queue's dead-letter exchange when the queue
+    has one (and drops it when it has none); the sidecar logs and counts it either way.
     """
 
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Keep holding the delivery; try again after ``delay_s``."""
+
+    delay_s: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HoldLimits:
+    """The bounds on holding one delivery (the route map's broker section)."""
+
+    consumer_timeout_s: float
+    nack_max_attempts: int
+    nack_max_s: float
+
+
 Plan: TypeAlias = Copy | Quarantine
-Decision: TypeAlias = Done | Quarantine | Hold
+Decision: TypeAlias = Done | Quarantine | Hold | Alone | DeadLetter
 
 
 def plan_delivery(
@@ -196,7 +266,8 @@ def _after_copy(published: PublishOutcome, copy: Copy, *, exchange: str) -> Deci
         case PublishOutcome.NACKED:
             return Hold(
                 f'the broker refused (nacked) a publish to exchange "{exchange}"; is a target'
-                " queue full with overflow reject-publish?"
+                " queue full with overflow reject-publish?",
+                may_duplicate=True,
             )
         case _:
             assert_never(published)
@@ -207,8 +278,89 @@ def _after_quarantine(published: PublishOutcome, *, exchange: str, route: str) -
         return Done(Outcome.QUARANTINED)
     return Hold(
         f'quarantine exchange "{exchange}" {published.value} the copy (routing key "{route}");'
-        " bind a queue to it. Messages stay in staging until it takes them"
+        " bind a queue to it. The message is held meanwhile (until broker.consumer_timeout_s"
+        " x 0.75, then dead-lettered)",
+        may_duplicate=published is PublishOutcome.NACKED,
     )
+
+
+def after_refusal(
+    code: int, text: str, plan: Plan, *, alone: bool, exchange: str
+) -> Quarantine | DeadLetter | Alone | Hold:
+    """Return what the broker closing the publish channel means for this delivery.
+
+    ``code`` and ``text`` are the broker's channel.close; ``alone`` says whether this
+    publish was the only one on its channel; ``exchange`` is where the plan published. A
+    refusal the broker repeats (403, 406) on a channel shared with other publishes may be
+    another one's: the delivery is tried again alone. Alone, it is its own: the copy goes
+    to quarantine with the broker's words, and a quarantine copy the broker refuses so is
+    dead-lettered. Any other code may pass: the publish is retried (held).
+    """
+    words = f'the broker refused a publish to exchange "{exchange}": {code} {text}'
+    if code not in REPEATED_REFUSALS:
+        return Hold(f"{words}; retrying on a new channel", may_duplicate=True)
+    if not alone:
+        return Alone(words)
+    match plan:
+        case Copy():
+            return Quarantine(words)
+        case Quarantine(reason=reason):
+            return DeadLetter(f"{bounded(reason)}; and the quarantine copy was refused: {words}")
+        case _:
+            assert_never(plan)
+
+
+def after_hold(
+    hold: Hold, plan: Plan, *, attempts: int, held_s: float, delay_s: float, limits: HoldLimits
+) -> Wait | Quarantine | DeadLetter:
+    """Return how long a held delivery may still wait, or where it must go now.
+
+    ``attempts`` publishes of the plan were held so far, the delivery arrived ``held_s``
+    ago, and the route's backoff would wait ``delay_s``. A copy the broker keeps refusing
+    goes to quarantine (reason: what the broker said, for how long) after
+    ``nack_max_attempts`` or ``nack_max_s``, and in any case at half the broker's
+    consumer_timeout; a quarantine copy nobody takes is dead-lettered at three quarters of
+    it. The wait never runs past the deadline.
+    """
+    timeout_s = limits.consumer_timeout_s
+    match plan:
+        case Copy():
+            deadline_s = min(limits.nack_max_s, timeout_s * QUARANTINE_SHARE)
+            if attempts >= limits.nack_max_attempts or held_s >= deadline_s - DEADLINE_SLACK_S:
+                return Quarantine(
+                    f"{bounded(hold.reason)} ({attempts} attempts over {held_s:.1f}s; given up"
+                    f" after {limits.nack_max_attempts} attempts or {deadline_s:g}s, before the"
+                    f" broker's consumer_timeout of {timeout_s:g}s)"
+                )
+        case Quarantine(reason=reason):
+            deadline_s = timeout_s * DEAD_LETTER_SHARE
+            if held_s >= deadline_s - DEADLINE_SLACK_S:
+                return DeadLetter(
+                    f"{bounded(reason)}; and for {held_s:.1f}s: {bounded(hold.reason)}"
+                    f" (dead-lettered before the broker's consumer_timeout of {timeout_s:g}s)"
+                )
+        case _:
+            assert_never(plan)
+    return Wait(max(0.0, min(delay_s, deadline_s - held_s)))
+
+
+def in_flight_window(*, prefetch: int, budget_bytes: int, largest_bytes: int | None) -> int:
+    """Return the prefetch that keeps the route's bodies in flight within the byte budget.
+
+    RabbitMQ ignores basic.qos prefetch_size, so the count is what bounds bytes: as many
+    of the largest body seen so far as the budget holds, at least 1, at most the route's
+    prefetch. Before any delivery (``largest_bytes`` None) the route's prefetch: a window
+    applies to a channel from its start (a running consumer's prefetch cannot change on
+    every queue type), so a smaller one first would hold the route to it.
+    """
+    if largest_bytes is None:
+        return prefetch
+    return max(1, min(prefetch, budget_bytes // max(1, largest_bytes)))
+
+
+def blocked(reason: str) -> str:
+    """Return the /readyz reason for a delivery waiting while the broker blocks publishing."""
+    return f'the broker blocked the connection ("{reason}"); nothing is published until it unblocks'
 
 
 def unencodable(error: Exception) -> Quarantine:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from sidecar.amqp.channel import Channel
 from sidecar.amqp.codec import install_codec
-from sidecar.amqp.connection import Connection, connect
+from sidecar.amqp.connection import Connection, QueueCounts, connect
 from sidecar.amqp.lifecycle import ChannelState
 from sidecar.amqp.protocols import Consumer, Publisher, RelayChannel, RelayConnection
 from sidecar.delivery import Delivery, PublishOutcome
@@ -48,6 +48,7 @@ __all__ = [
     "MissingEntityError",
     "PublishOutcome",
     "Publisher",
+    "QueueCounts",
     "RelayChannel",
     "RelayConnection",
     "SidecarChannelError",

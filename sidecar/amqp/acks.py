@@ -46,6 +46,10 @@ class Acks:
         else:
             self._write(ack_frame(self._number, delivery_tag))
 
+    def forget(self, delivery_tag: int) -> None:
+        """Drop a delivery settled otherwise (rejected): no ack will cover it."""
+        self._unacked.pop(delivery_tag, None)
+
     def flush(self) -> None:
         """Send the acks made so far (a channel about to close sends them first)."""
         unacked, due = self._unacked, self._due

@@ -6,6 +6,11 @@ publishes and acks; a closing one still hands over the deliveries already on the
 together (:mod:`sidecar.amqp.acks`); publishes are settled by the broker's confirms and
 returns (:mod:`sidecar.amqp.confirms`). The hot frames come from
 :mod:`sidecar.frames`, the write from the link.
+
+While the broker pauses the channel (``channel.flow``), a publish waits before sending. A
+consumer the broker cancels (its queue deleted) ends ``wait_closed`` but not the channel:
+``consumer_cancelled`` says so, and what is in flight can still be published, confirmed
+and acked before the owner closes it.
 """
 
 from __future__ import annotations
@@ -19,8 +24,9 @@ from sidecar.amqp.acks import Acks
 from sidecar.amqp.confirms import NOT_FOUND, Confirms
 from sidecar.amqp.content import Content, ContentReader, delivery_of
 from sidecar.amqp.lifecycle import CLOSE_TIMEOUT_S, ChannelLife, ChannelState
+from sidecar.contract import ID
 from sidecar.delivery import PublishOutcome
-from sidecar.errors import ChannelClosedError, ChannelLostError, MissingEntityError
+from sidecar.errors import ChannelClosedError, ChannelLostError, MissingEntityError, WireError
 from sidecar.frames import (
     BASIC_ACK,
     BASIC_CANCEL,
@@ -28,6 +34,7 @@ from sidecar.frames import (
     BASIC_NACK,
     BASIC_RETURN,
     BasicReturn,
+    UndecodableTable,
     parse_confirm,
     parse_deliver,
     parse_return,
@@ -42,7 +49,6 @@ if TYPE_CHECKING:
     from sidecar.amqp.lifecycle import ChannelLink
     from sidecar.contract import PropertyValue
     from sidecar.delivery import Delivery
-    from sidecar.frames import UndecodableTable
     from sidecar.wire import FieldValue
 
 __all__ = ["Channel"]
@@ -60,6 +66,16 @@ class Channel(ChannelLife):
         self._content = ContentReader(number)
         self._callback: Callable[[Delivery], Coroutine[Any, Any, None]] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._cancelled_by_broker = False
+
+    @property
+    def consumer_cancelled(self) -> bool:
+        """Whether the broker cancelled the consumer (its queue deleted) on an open channel.
+
+        ``wait_closed`` has returned then, but the channel still publishes, confirms and
+        acks: settle what is in flight (wait for it, bounded), then close it.
+        """
+        return self._cancelled_by_broker
 
     async def consume(
         self,
@@ -83,8 +99,11 @@ class Channel(ChannelLife):
         The broker's cancel-ok comes after the consumer's last delivery, and every delivery
         before it has been handed to its callback by then: whoever waits for in-flight work
         to settle after this sees all of it. The callback stays: deliveries already on the
-        wire are settled, not dropped and redelivered.
+        wire are settled, not dropped and redelivered. After the broker's own cancel there
+        is nothing to cancel, and nothing is sent.
         """
+        if self._cancelled_by_broker:
+            return
         with contextlib.suppress(TimeoutError, ChannelLostError):
             await self.rpc(codec.basic_cancel(consumer_tag), timeout_s=CLOSE_TIMEOUT_S)
 
@@ -107,12 +126,21 @@ class Channel(ChannelLife):
 
         There is no give-up timeout: a publish already sent may still be confirmed, so
         sending it again would duplicate it. After ``slow_after_s`` ``on_slow`` is called
-        once, and the wait goes on until the confirm, a nack, a return or the channel's end.
-        Raises :class:`WireError` before sending anything when the wire cannot carry it.
+        once, and the wait goes on until the confirm, a nack, a return or the channel's end;
+        while the broker pauses the channel (``channel.flow``) the publish waits unsent.
+        Raises :class:`WireError` before sending anything when the wire cannot carry it
+        (a received content header over our frame size too: the broker would close the
+        connection for it).
         """
+        frame_max = self._link.frame_max
         if content_header is None:
             content_header = encode_content_header(
-                properties, headers, body_size=len(body), frame_max=self._link.frame_max
+                properties, headers, body_size=len(body), frame_max=frame_max
+            )
+        elif len(content_header) > frame_max - 8:
+            raise WireError(
+                f"the message's content header takes {len(content_header)} bytes, over the"
+                f" broker's frame size of {frame_max}"
             )
         data = publish_frames(
             self.number,
@@ -124,12 +152,23 @@ class Channel(ChannelLife):
         )
         if not self.is_open:
             raise self._refusal()
-        future = self._confirms.track(
-            exchange=exchange, routing_key=routing_key, header=content_header, body=body
+        acemq_id = (
+            headers.get(ID) if headers and not isinstance(headers, UndecodableTable) else None
         )
-        self._link.write(data)
         slow = self._loop.call_later(slow_after_s, on_slow)
         try:
+            if not self.is_flowing:
+                await self.wait_flowing()
+                if not self.is_open:
+                    raise self._refusal()
+            future = self._confirms.track(
+                exchange=exchange,
+                routing_key=routing_key,
+                header=content_header,
+                body=body,
+                acemq_id=acemq_id,
+            )
+            self._link.write(data)
             return await future
         finally:
             slow.cancel()
@@ -143,6 +182,18 @@ class Channel(ChannelLife):
         if not self.is_open:  # a closing channel: the broker would discard the ack
             return False
         self._acks.ack(delivery_tag)
+        return True
+
+    async def reject(self, delivery_tag: int, *, requeue: bool) -> bool:
+        """Reject one delivery (``requeue=False``: to the queue's dead-letter exchange).
+
+        False when the channel is not open: the broker redelivers it then. The acks made
+        before it in this turn still leave at its end; none of them covers this delivery.
+        """
+        if not self.is_open:
+            return False
+        self._acks.forget(delivery_tag)
+        self._link.write(codec.basic_reject(self.number, delivery_tag, requeue=requeue))
         return True
 
     def _before_close(self) -> None:
@@ -165,6 +216,7 @@ class Channel(ChannelLife):
         elif method_id == BASIC_CANCEL:
             # The queue was deleted: the channel stays open (in-flight deliveries can still
             # be settled) but nothing more will arrive, so the route must treat it as lost.
+            self._cancelled_by_broker = True
             self._finish("the broker cancelled the consumer (was the queue deleted?)")
         else:
             return False

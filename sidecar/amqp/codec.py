@@ -13,6 +13,7 @@ It must not decide anything: it translates.
 from __future__ import annotations
 
 import datetime as dt
+import struct
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, cast
 
@@ -21,7 +22,9 @@ from pamqp import commands as spec
 from pamqp import decode as pamqp_decode
 from pamqp import encode as pamqp_encode
 from pamqp import frame as pamqp_frame
+from pamqp.exceptions import PAMQPException
 
+from sidecar.amqp.violations import FrameError
 from sidecar.errors import SidecarError, WireError
 from sidecar.frames import UndecodableTable, put_shortstr, read_shortstr
 from sidecar.wire import Timestamp, decode_table_for_pamqp, encode_table_for_pamqp
@@ -39,6 +42,7 @@ __all__ = [
     "basic_cancel",
     "basic_consume",
     "basic_qos",
+    "basic_reject",
     "channel_close",
     "channel_close_ok",
     "channel_flow_ok",
@@ -171,6 +175,13 @@ def exchange_declare_passive(name: str) -> Request:
     return _request(spec.Exchange.Declare(exchange=name, passive=True))
 
 
+def basic_reject(channel: int, delivery_tag: int, *, requeue: bool) -> bytes:
+    """Return a ``basic.reject`` frame: the broker requeues or dead-letters the delivery."""
+    return pamqp_frame.marshal(
+        spec.Basic.Reject(delivery_tag=delivery_tag, requeue=requeue), channel
+    )
+
+
 def channel_close(channel: int) -> bytes:
     """Return our ``channel.close`` frame (200, a normal close)."""
     close = spec.Channel.Close(reply_code=200, reply_text="closing", class_id=0, method_id=0)
@@ -212,21 +223,30 @@ class ChannelFlow:
 
 @dataclass(frozen=True, slots=True)
 class Reply:
-    """Any other method: the reply to a request, matched by its name."""
+    """Any other method: the reply to a request, matched by its name.
+
+    ``counts`` is a ``queue.declare-ok``'s (messages ready, consumers); None for the rest.
+    """
 
     name: str
+    counts: tuple[int, int] | None = None
 
 
 Control = ChannelClose | ChannelCloseOk | ChannelFlow | Reply
 
 
 def decode_control(frame: bytes) -> Control:
-    """Read a whole method frame off the hot path (pamqp raises on a malformed one)."""
-    method = pamqp_frame.unmarshal(frame)[2]
+    """Read a whole method frame off the hot path; a malformed one is a :class:`FrameError`."""
+    try:
+        method = pamqp_frame.unmarshal(frame)[2]
+    except (PAMQPException, ValueError, struct.error) as e:
+        raise FrameError(f"a channel method that does not decode: {e}") from e
     if isinstance(method, spec.Channel.Close):
         return ChannelClose(method.reply_code or 0, method.reply_text or "")
     if isinstance(method, spec.Channel.CloseOk):
         return ChannelCloseOk()
     if isinstance(method, spec.Channel.Flow):
         return ChannelFlow(active=bool(method.active))
+    if isinstance(method, spec.Queue.DeclareOk):
+        return Reply(method.name, (method.message_count or 0, method.consumer_count or 0))
     return Reply(method.name)

@@ -3,6 +3,12 @@
 Publisher confirms settle by delivery tag, ``multiple`` included. A mandatory publish that
 does not route comes back as a ``basic.return`` before its confirm; the return marks the
 publish it is for, and the confirm then settles it as returned.
+
+A return is matched by what a broker never changes: the exchange, the routing key, the
+body and the sidecar's own ``x-acemq-id``. A broker may add headers on the way (RabbitMQ's
+message interceptors stamp a timestamp or the routing node), so the content header's bytes
+only break a tie; then, as RabbitMQ returns in publish order on a channel and before the
+confirm, the earliest unconfirmed candidate is the one.
 """
 
 from __future__ import annotations
@@ -10,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
+from sidecar.contract import ID
 from sidecar.delivery import PublishOutcome
 from sidecar.errors import ChannelClosedError, ChannelLostError, MissingEntityError
 
@@ -32,6 +39,7 @@ class _Publish:
     routing_key: str
     header: bytes  # the content header's payload as sent
     body: bytes
+    acemq_id: object  # the x-acemq-id header as sent, None without one
     returned: bool = False
 
 
@@ -44,33 +52,47 @@ class Confirms:
         self._unconfirmed: dict[int, _Publish] = {}
 
     def track(
-        self, *, exchange: str, routing_key: str, header: bytes, body: bytes
+        self,
+        *,
+        exchange: str,
+        routing_key: str,
+        header: bytes,
+        body: bytes,
+        acemq_id: object = None,
     ) -> asyncio.Future[PublishOutcome]:
         """Take the next delivery tag for a publish about to be sent; return its outcome."""
         self._next_tag += 1
         future: asyncio.Future[PublishOutcome] = self._loop.create_future()
-        self._unconfirmed[self._next_tag] = _Publish(future, exchange, routing_key, header, body)
+        self._unconfirmed[self._next_tag] = _Publish(
+            future, exchange, routing_key, header, body, acemq_id
+        )
         return future
 
     def mark_returned(self, method: BasicReturn, header: ContentHeader, body: bytes) -> bool:
         """Mark the publish a return is for; False when it matches none in flight.
 
-        The return holds the message as published: the unconfirmed publish to the same
-        exchange and routing key with the same content header and body bytes. Only a
-        byte-identical message could be mistaken for it, and then which of the two counts
-        as returned makes no difference.
+        The candidates are the unconfirmed publishes, not yet returned, to the same
+        exchange and routing key with the same body and ``x-acemq-id`` (or none). Of those,
+        one with the very content header bytes wins (two copies that differ only in a
+        header a headers exchange routes by); else the earliest, by RabbitMQ's order. Two
+        candidates alike in all of that are the same message to the relay.
         """
-        for publish in self._unconfirmed.values():
-            if (
-                not publish.returned
-                and publish.routing_key == method.routing_key
-                and publish.exchange == method.exchange
-                and publish.header == header.payload
-                and publish.body == body
-            ):
-                publish.returned = True
-                return True
-        return False
+        headers = header.headers
+        returned_id = headers.get(ID) if isinstance(headers, dict) else None
+        candidates = [
+            publish
+            for publish in self._unconfirmed.values()
+            if not publish.returned
+            and publish.routing_key == method.routing_key
+            and publish.exchange == method.exchange
+            and publish.body == body
+            and publish.acemq_id == returned_id
+        ]
+        if not candidates:
+            return False
+        exact = (publish for publish in candidates if publish.header == header.payload)
+        next(exact, candidates[0]).returned = True
+        return True
 
     def settle(self, tag: int, *, multiple: bool, outcome: PublishOutcome) -> None:
         """Settle the publish with this tag (and every earlier one, with ``multiple``)."""

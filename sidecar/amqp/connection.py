@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from sidecar.amqp import codec
@@ -30,9 +31,17 @@ if TYPE_CHECKING:
 
     from sidecar.address import BrokerAddress
 
-__all__ = ["Connection", "connect"]
+__all__ = ["Connection", "QueueCounts", "connect"]
 
 CLIENT_NAME: Final = "acemq-sidecar"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueCounts:
+    """A queue's counts at one moment, as a passive ``queue.declare`` reports them."""
+
+    messages: int  # ready: not counting deliveries unacked on some channel
+    consumers: int
 
 
 class Connection:
@@ -47,6 +56,22 @@ class Connection:
     def is_open(self) -> bool:
         """Whether the connection is still usable."""
         return not self._link.closed.is_set()
+
+    @property
+    def blocked_reason(self) -> str | None:
+        """The broker's reason while it blocks publishing (``connection.blocked``), else None.
+
+        While blocked the broker reads nothing more from a connection that publishes, so
+        nothing new should be published; heartbeats go on meanwhile, both ways.
+        """
+        return self._control.blocked_reason
+
+    async def wait_unblocked(self) -> None:
+        """Return once the broker unblocks publishing (at once when it does not block).
+
+        It returns too when the connection closes: check ``is_open`` after it.
+        """
+        await self._control.unblocked.wait()
 
     async def wait_closed(self) -> BaseException | None:
         """Return when the connection closes, with the reason when there is one."""
@@ -119,6 +144,23 @@ class Connection:
                     await asyncio.shield(self._control.close_ok)
         link.abort(BrokerConnectionError("closed by the sidecar"))
 
+    async def declare_passive(self, name: str) -> QueueCounts:
+        """Return a queue's counts from a passive declare; raise MissingEntityError if none.
+
+        ``messages`` is what is ready now: deliveries unacked on a channel are not in it.
+        """
+        channel = await self._open()  # a 404 closes the channel: a scratch one, as _check
+        try:
+            reply = await channel.rpc(codec.queue_declare_passive(name))
+        except ChannelClosedError as e:
+            if e.code == NOT_FOUND:
+                raise MissingEntityError(kind="queue", name=name) from e
+            raise ChannelLostError(f"checking queue {name!r} failed: {e}") from e
+        finally:
+            await channel.close()
+        messages, consumers = reply.counts or (0, 0)
+        return QueueCounts(messages=messages, consumers=consumers)
+
 
 async def connect(
     address: BrokerAddress,
@@ -133,12 +175,17 @@ async def connect(
     The URL's ``heartbeat`` and ``connection_timeout``, when it sets them, win over
     ``heartbeat_s`` and ``connect_timeout_s``; its ``frame_max`` and ``channel_max`` are
     ceilings on what the client asks for. The reason never holds the URL or the password.
+
+    ``address.tls`` alone decides whether the connection uses TLS, whatever the case of
+    the URL's scheme: ``ssl_context`` (the route map's CA and client certificate) is used
+    when it does, and ignored when it does not; without one, the system's CAs verify the
+    broker.
     """
     codec.install_codec()
     loop = asyncio.get_running_loop()
     link = Link(loop)
     link.control = control = Control(link)
-    context: ssl.SSLContext | bool | None = ssl_context or (True if address.tls else None)
+    context: ssl.SSLContext | bool | None = (ssl_context or True) if address.tls else None
     timeout_s = (
         connect_timeout_s if address.connect_timeout_s is None else address.connect_timeout_s
     )

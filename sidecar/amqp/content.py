@@ -1,14 +1,20 @@
 """How a message is put together from its method, content header and body frames.
 
 The values it makes are :mod:`sidecar.delivery`'s (pure, so the relay's decisions and
-their tests need no client). No I/O.
+their tests need no client). A content header whose properties cannot be read still makes
+a delivery: its property bytes travel as an :class:`UndecodableTable`, so the relay
+quarantines the message instead of the connection dropping on every redelivery. Frames
+out of order are an :class:`UnexpectedFrameError` (505). No I/O.
 """
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Final
 
+from sidecar.amqp.violations import FrameError, UnexpectedFrameError
 from sidecar.delivery import Delivery
 from sidecar.errors import WireError
 from sidecar.frames import (
@@ -59,21 +65,25 @@ class ContentReader:
 
     def begin(self, method: BasicDeliver | BasicReturn) -> None:
         """Start a message: its header and body frames come next."""
+        if self._method is not None:
+            raise UnexpectedFrameError(
+                f"channel {self._number}: a delivery or return before the content of the last"
+            )
         self._method, self._header = method, None
         self._parts, self._received = [], 0
 
     def on_header(self, payload: bytes) -> Content | None:
         """Take the content header; return the message when it has no body."""
         if self._method is None or self._header is not None:
-            raise WireError(f"channel {self._number}: content header without a method")
-        self._header = header = parse_content_header(payload)
+            raise UnexpectedFrameError(f"channel {self._number}: content header without a method")
+        self._header = header = _read_header(payload)
         return self._finish(b"") if header.body_size == 0 else None
 
     def on_body(self, payload: bytes) -> Content | None:
         """Take a body frame; return the message once its body is whole."""
         header = self._header
         if self._method is None or header is None:
-            raise WireError(f"channel {self._number}: content body without a header")
+            raise UnexpectedFrameError(f"channel {self._number}: content body without a header")
         self._parts.append(payload)
         self._received += len(payload)
         if self._received < header.body_size:
@@ -87,3 +97,18 @@ class ContentReader:
         assert method is not None  # noqa: S101 - checked by the callers
         assert header is not None  # noqa: S101
         return Content(method, header, body)
+
+
+_FIXED: Final = struct.Struct(">HHQ")  # class, weight, body size: what the broker routes by
+
+
+def _read_header(payload: bytes) -> ContentHeader:
+    """Read a content header; one whose properties do not parse keeps them as raw bytes."""
+    try:
+        return parse_content_header(payload)
+    except WireError as e:
+        if len(payload) < _FIXED.size + 2:
+            raise FrameError(f"a content header of {len(payload)} bytes is truncated") from e
+        _, _, body_size = _FIXED.unpack_from(payload, 0)
+        raw = UndecodableTable(payload[_FIXED.size :], f"the content header cannot be read: {e}")
+        return ContentHeader(body_size, {}, raw, payload)

@@ -3,7 +3,9 @@
 A channel is ``OPENING`` until the broker's open-ok, ``OPEN`` while it works, ``CLOSING``
 once we sent our close, ``CLOSED`` when either side ended it or the connection went. Only
 an open channel sends requests; the close is sent once, however many wait for it, and a
-channel the broker closed is answered with close-ok and never written to again.
+channel the broker closed is answered with close-ok and never written to again. The
+broker's ``channel.flow`` is answered and kept: while it is inactive, :meth:`wait_flowing`
+waits (the channel's publishes wait on it).
 
 It knows nothing of messages: :class:`sidecar.amqp.channel.Channel` adds consuming,
 publishing and acking on top, and decides what an open channel may do with them.
@@ -68,6 +70,8 @@ class ChannelLife:
         self._closing: asyncio.Future[None] | None = None
         self._ended = asyncio.Event()  # closed, or the broker cancelled our consumer
         self._close_reason = "channel closed"
+        self._flowing = asyncio.Event()  # cleared by the broker's channel.flow(active=false)
+        self._flowing.set()
 
     @property
     def state(self) -> ChannelState:
@@ -78,6 +82,15 @@ class ChannelLife:
     def is_open(self) -> bool:
         """Whether the channel can still ack and publish (not once we began to close it)."""
         return self._state is ChannelState.OPEN
+
+    @property
+    def is_flowing(self) -> bool:
+        """Whether the broker lets the channel publish (no ``channel.flow`` pause)."""
+        return self._flowing.is_set()
+
+    async def wait_flowing(self) -> None:
+        """Return once the broker lets the channel publish again, or the channel ended."""
+        await self._flowing.wait()
 
     async def wait_closed(self) -> str:
         """Return why, once the channel closes or the broker cancels its consumer."""
@@ -157,6 +170,11 @@ class ChannelLife:
                     self._closing.set_result(None)
                 self._link.forget(self.number)
             case codec.ChannelFlow(active=active):
+                # Kept before it is answered: nothing is published after our flow-ok.
+                if active:
+                    self._flowing.set()
+                else:
+                    self._flowing.clear()
                 self._link.write(codec.channel_flow_ok(self.number, active=active))
             case codec.Reply() as reply:
                 self._requests.answer(reply)
@@ -169,6 +187,7 @@ class ChannelLife:
             self._close_reason = str(error)
         self._move(ChannelState.CLOSED)
         self._ended.set()
+        self._flowing.set()  # a publish waiting for flow learns that the channel ended
         self._requests.fail(error)
         self._lost(error)
         if self._closing is not None and not self._closing.done():

@@ -5,6 +5,11 @@ number: the hot methods, content headers and bodies to the channel as they are, 
 method frame whole; channel 0 to the connection's control. Writes made in one turn of the
 event loop leave in one ``write`` call at its end. It knows no AMQP method but by its id,
 and imports no codec: the channels and the control decode what is theirs.
+
+A frame it cannot read ends the connection with ``connection.close`` and the reply code of
+the violation (501, 505; 541 for a fault of ours) before the socket closes. While the
+socket's write buffer is over ``WRITE_BUFFER_HIGH`` (a broker that does not read), it
+stops reading, so that nothing it reads can make it write more.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Final, Protocol, cast
 
+from sidecar.amqp.violations import FRAME_ERROR, INTERNAL_ERROR, FrameError
 from sidecar.errors import BrokerConnectionError, ChannelLostError, WireError
 from sidecar.frames import (
     FRAME_BODY,
@@ -28,16 +34,43 @@ from sidecar.frames import (
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["CHANNEL_MAX", "FRAME_MAX", "WRITE_BATCH_BYTES", "ChannelEnd", "ControlEnd", "Link"]
+__all__ = [
+    "CHANNEL_MAX",
+    "FRAME_MAX",
+    "FRAME_MAX_CEILING",
+    "HEADER_FRAME_MAX",
+    "WRITE_BATCH_BYTES",
+    "WRITE_BUFFER_HIGH",
+    "ChannelEnd",
+    "ControlEnd",
+    "Link",
+]
 
 log = logging.getLogger(__name__)
 
 PROTOCOL_HEADER: Final = b"AMQP\x00\x00\x09\x01"
-FRAME_MAX: Final = 131_072  # what we ask for; the broker may lower it
-CHANNEL_MAX: Final = 2047  # likewise: a route takes one channel, a topology check another
+FRAME_MAX: Final = 131_072  # the frame size until the broker's tune (RabbitMQ's default)
+# What we take when the broker sets no frame size (0); any size it sets up to this we take:
+# RabbitMQ does not split content headers, so a header table a publisher could send at the
+# broker's frame size must be readable at ours.
+FRAME_MAX_CEILING: Final = 16 * 1024 * 1024
+# A content header over the agreed frame size is still read, up to this: a broker whose
+# frame size went down since, or a URL's frame_max below the broker's, must not make one
+# message drop the connection on every redelivery. The relay quarantines what it cannot
+# republish. Any other frame over the agreed size is a frame error.
+HEADER_FRAME_MAX: Final = 16 * 1024 * 1024
+CHANNEL_MAX: Final = 2047  # a route takes one channel, a topology check another
 # Queued writes past this size leave before the end of the loop's turn (a paired benchmark:
 # +5% throughput at 64 KiB over one write per turn, ten runs out of ten; 16 KiB +3%).
 WRITE_BATCH_BYTES: Final = 65_536
+# Over this much written but not yet taken by the socket, reading stops until it drains to
+# a quarter of it: a broker that reads nothing cannot make the sidecar buffer without bound.
+WRITE_BUFFER_HIGH: Final = 1024 * 1024
+CLOSE_AFTER_S: Final = 1.0  # our close after a frame error: the socket goes this much later
+
+
+class _NotAmqpError(WireError):
+    """The server answered with its own protocol header: it does not speak 0-9-1."""
 
 
 class ChannelEnd(Protocol):
@@ -68,6 +101,9 @@ class ControlEnd(Protocol):
     def lose(self, reason: BaseException) -> None:
         """End channel 0: the connection closed for this reason."""
 
+    def close_frame(self, reply_code: int, reply_text: str) -> bytes:
+        """Return our ``connection.close`` frame with this code and text."""
+
 
 class Link(asyncio.Protocol):
     """The socket: frames in, batched writes out, heartbeats, and who is waiting on what."""
@@ -88,28 +124,55 @@ class Link(asyncio.Protocol):
         self._last_read = loop.time()
         self._last_write = loop.time()
         self._heartbeat: asyncio.TimerHandle | None = None
+        self.reading_paused = False
 
     # --- asyncio.Protocol ---
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Send the protocol header: the broker answers with connection.start."""
         self._transport = cast("asyncio.Transport", transport)
+        self._transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH, low=WRITE_BUFFER_HIGH // 4)
         self._transport.write(PROTOCOL_HEADER)
+
+    def pause_writing(self) -> None:
+        """Stop reading until the socket's write buffer, over the mark now, drains."""
+        if self._transport is not None and not self.reading_paused:
+            self.reading_paused = True
+            self._transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        """Read again: the write buffer drained."""
+        if self._transport is not None and self.reading_paused:
+            self.reading_paused = False
+            self._last_read = self.loop.time()  # the silence was ours, not the broker's
+            if not self._transport.is_closing():
+                self._transport.resume_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
         """End the link: every channel and waiter learns why."""
         self._end(exc or BrokerConnectionError("the broker closed the connection"))
 
     def data_received(self, data: bytes) -> None:
-        """Handle the whole frames received so far; drop the link on one it cannot read."""
+        """Handle the whole frames received so far; close the link on one it cannot read."""
+        if self.closed.is_set():  # after our close for a bad frame: nothing more is read
+            return
         self._last_read = self.loop.time()
         buffer = self._buffer
         buffer += data
         try:
             read = self._read_frames(buffer)
-        except Exception as e:  # a frame we cannot read, or the codec's refusal of one
-            log.exception("the broker sent a frame we cannot read; dropping the connection")
-            self.abort(BrokerConnectionError(f"unreadable frame from the broker: {e}"))
+        except _NotAmqpError as e:  # the server's own protocol header: nothing to close
+            log.error("cannot talk to the server: %s", e)  # noqa: TRY400 - the reason is all
+            self.abort(BrokerConnectionError(str(e)))
+            return
+        except WireError as e:  # a frame we cannot read (a truncated method), or out of order
+            code = e.reply_code if isinstance(e, FrameError) else FRAME_ERROR
+            log.error("the broker sent a frame we cannot read (%s); closing the connection", e)  # noqa: TRY400
+            self.refuse(code, f"unreadable frame from the broker: {e}")
+            return
+        except Exception as e:  # a fault of ours while handling a frame
+            log.exception("internal error while reading from the broker; closing the connection")
+            self.refuse(INTERNAL_ERROR, f"internal error in the client: {e!r}")
             return
         del buffer[:read]
 
@@ -117,11 +180,13 @@ class Link(asyncio.Protocol):
         """Handle every whole frame in ``buffer``; return how many bytes they took."""
         at, size = 0, len(buffer)
         if buffer.startswith(b"AMQP"):  # the server's own protocol header: not 0-9-1
-            raise WireError(f"the server refused AMQP 0-9-1 and offers {bytes(buffer[:8])!r}")
+            raise _NotAmqpError(f"the server refused AMQP 0-9-1 and offers {bytes(buffer[:8])!r}")
         while size - at >= 8:
             kind, number, length = HEADER.unpack_from(buffer, at)
-            if length > self.frame_max:
-                raise WireError(
+            if length > self.frame_max and not (
+                kind == FRAME_HEADER and length <= HEADER_FRAME_MAX
+            ):
+                raise FrameError(
                     f"a frame of {length} bytes, over the frame size of {self.frame_max}:"
                     " is this an AMQP 0-9-1 broker?"
                 )
@@ -129,7 +194,7 @@ class Link(asyncio.Protocol):
             if end >= size:
                 break
             if buffer[end] != FRAME_END:
-                raise WireError(f"frame on channel {number} lacks its frame-end octet")
+                raise FrameError(f"frame on channel {number} lacks its frame-end octet")
             payload = bytes(buffer[at + 7 : end])
             if kind == FRAME_METHOD:
                 self._on_method(number, payload, bytes(buffer[at : end + 1]))
@@ -140,14 +205,14 @@ class Link(asyncio.Protocol):
                 if channel := self.channels.get(number):
                     channel.on_body(payload)
             elif kind != FRAME_HEARTBEAT:
-                raise WireError(f"unknown frame type {kind} on channel {number}")
+                raise FrameError(f"unknown frame type {kind} on channel {number}")
             at = end + 1
         return at
 
     def _on_method(self, number: int, payload: bytes, frame: bytes) -> None:
         if number == 0:
             if self.control is None:
-                raise WireError("a connection method came before the handshake began")
+                raise FrameError("a connection method came before the handshake began")
             self.control.on_control(frame)
             return
         channel = self.channels.get(number)
@@ -200,6 +265,10 @@ class Link(asyncio.Protocol):
     def _beat(self, interval_s: int) -> Callable[[], None]:
         def beat() -> None:
             now = self.loop.time()
+            if self.reading_paused:
+                # We stopped reading (the broker takes nothing we write): what it sent
+                # waits unread, so its silence tells nothing. TCP ends a dead socket.
+                self._last_read = now
             if now - self._last_read > 2 * interval_s:
                 self.abort(
                     BrokerConnectionError(f"no heartbeat from the broker in {2 * interval_s}s")
@@ -214,6 +283,23 @@ class Link(asyncio.Protocol):
     def forget(self, number: int) -> None:
         """Free a channel number once the channel is closed on both sides."""
         self.channels.pop(number, None)
+
+    def refuse(self, reply_code: int, reply_text: str) -> None:
+        """Close the connection for a violation: ``connection.close`` first, then the socket.
+
+        Nothing more is read: the frames after one we could not read would be misread.
+        The socket closes once the close has left (at most ``CLOSE_AFTER_S`` later).
+        """
+        reason = BrokerConnectionError(reply_text)
+        if self.closed.is_set():
+            return
+        transport = self._transport
+        if transport is not None and self.control is not None:
+            self.write(self.control.close_frame(reply_code, reply_text))
+            self.flush()
+            transport.pause_reading()
+            self.loop.call_later(CLOSE_AFTER_S, transport.abort)
+        self.abort(reason, graceful=True)
 
     def abort(self, reason: BaseException, *, graceful: bool = False) -> None:
         """Drop the connection now, with the reason every waiter will see.

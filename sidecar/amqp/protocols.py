@@ -77,8 +77,21 @@ class Consumer(Protocol):
         """Ack one delivery; False when the channel is gone (the broker redelivers it)."""
         ...
 
+    async def reject(self, delivery_tag: int, *, requeue: bool) -> bool:
+        """Reject one delivery (``basic.reject``); False when the channel is gone."""
+        ...
+
     async def wait_closed(self) -> str:
         """Return why, once the channel closes or the broker cancels the consumer."""
+        ...
+
+    @property
+    def consumer_cancelled(self) -> bool:
+        """Whether the broker cancelled the consumer while the channel stays open.
+
+        Then ``wait_closed`` has returned, yet what is in flight can still be published,
+        confirmed and acked: settle it (bounded), then close.
+        """
         ...
 
     async def close(self) -> None:
@@ -102,6 +115,15 @@ class RelayConnection(Protocol):
 
     async def wait_closed(self) -> BaseException | None:
         """Return when the connection closes, with the reason when there is one."""
+        ...
+
+    @property
+    def blocked_reason(self) -> str | None:
+        """The broker's reason while it blocks publishing (``connection.blocked``), else None."""
+        ...
+
+    async def wait_unblocked(self) -> None:
+        """Return once publishing is unblocked (at once if it is not blocked) or it closed."""
         ...
 
     async def check_queue(self, name: str) -> None:

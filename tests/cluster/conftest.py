@@ -55,7 +55,13 @@ QUORUM = {"x-queue-type": "quorum"}
 
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
-    """The session's three-node cluster (skipped where RabbitMQ is not installed, not in CI)."""
+    """The session's three-node cluster (skipped where RabbitMQ is not installed, not in CI).
+
+    Opt-in for now: ``ACEMQ_CLUSTER_TESTS=1 ./dev test tests/cluster``. The suite is not yet
+    part of the README's test command (issue 19 is open: its timings are not measured).
+    """
+    if os.environ.get("ACEMQ_CLUSTER_TESTS") != "1":
+        pytest.skip("the three-node cluster suite runs with ACEMQ_CLUSTER_TESTS=1")
     with three_node_cluster() as running:
         yield running
 

@@ -38,6 +38,19 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
         "prefetch": "Unacked deliveries per route (the default of each route's prefetch).",
         "heartbeat_s": "AMQP heartbeat in seconds (0 turns it off).",
         "connect_timeout_s": "Seconds a connection attempt may take.",
+        "consumer_timeout_s": (
+            "The broker's consumer_timeout in seconds (RabbitMQ's default 1800): a delivery"
+            " the broker will not take is quarantined at half of it, dead-lettered at 3/4."
+        ),
+        "nack_retry": "How often and how long a copy the broker nacks is retried.",
+        "max_in_flight_bytes": (
+            "Bytes of message bodies in flight per route; keep routes x 2 x this below the"
+            " memory limit."
+        ),
+    },
+    "_NackRetryFile": {
+        "max_attempts": "Publishes of a nacked copy before it goes to quarantine.",
+        "max_s": "Seconds a nacked copy is retried before it goes to quarantine.",
     },
     "_MetricsFile": {
         "producers_per_route": "Distinct producer labels per route (the rest count as other).",

@@ -51,6 +51,8 @@ def _exposed_series() -> dict[str, set[str]]:
     registry = CollectorRegistry()
     metrics = Metrics(registry, version="test", contract="test")
     metrics.add_route("orders")
+    # The producer series exist once a producer drifts (a label set per producer seen).
+    metrics.count_violations("orders", [("legacy_name", "x-acemq-replay-count")], producer="pay")
     families: dict[str, set[str]] = {}
     for family in registry.collect():
         for sample in family.samples:
@@ -160,6 +162,22 @@ def test_drift_alert_watches_the_drift_kinds(full: list[Manifest]) -> None:
     assert expr.endswith("> 0")
 
 
+def test_drift_alert_says_where_to_see_the_top_producers(full: list[Manifest]) -> None:
+    """The description holds the PromQL to run, on the alert's own namespace, route and kind."""
+    rule = next(r for r in _rules(full) if r["alert"] == "AcemqSidecarContractDrift")
+    description = rule["annotations"]["description"]
+    query = re.search(r"topk\(5, sum by \(producer\) \(increase\((.*?)\[1h\]\)\)\)", description)
+    assert query, description
+    assert query[1] == (
+        'acemq_sidecar_producer_violations_total{namespace="{{ $labels.namespace }}",'
+        ' route="{{ $labels.route }}", kind="{{ $labels.kind }}"}'
+    )
+    _check_metric_references(query[1])
+    assert "Drift by producer" in description
+    panels = [panel["title"] for panel in _dashboard(full)["panels"]]
+    assert "Drift by producer" in panels
+
+
 def test_quarantine_alert_watches_quarantined_messages(full: list[Manifest]) -> None:
     """Fires on any quarantined message."""
     expr = _expr(full, "AcemqSidecarQuarantining")
@@ -231,6 +249,9 @@ def test_dashboard_shows_rates_and_violations(full: list[Manifest]) -> None:
     assert has(r"sum by \(route\) \(acemq_sidecar_in_flight\{")
     assert has(r"increase\(acemq_sidecar_reconnects_total\{")
     assert has(r"sum by \(result\) \(increase\(acemq_sidecar_config_reloads_total\{")
+    assert has(
+        r"topk\(10, sum by \(producer, kind\) \(rate\(acemq_sidecar_producer_violations_total\{"
+    )
     ids = [panel["id"] for panel in dashboard["panels"]]
     assert len(ids) == len(set(ids))
     # Only this release's sidecars: every query filters on the hidden constant $job,

@@ -86,8 +86,11 @@ def _hand_to_rabbitmq(base: Path) -> None:
 
 
 @contextlib.contextmanager
-def private_node(name: str) -> Iterator[PrivateNode]:
+def private_node(name: str, *, conf: str = "", advanced: str = "[].") -> Iterator[PrivateNode]:
     """Start a node called ``name`` (``short@localhost``) in a new folder; stop it after.
+
+    ``conf`` adds lines to its rabbitmq.conf (``consumer_timeout = 5000``...); ``advanced``
+    is its advanced.config, for what rabbitmq.conf cannot set (``channel_tick_interval``).
 
     The folder is under the system's temporary directory, not pytest's (which only its
     owner may enter), and is removed afterwards. Skips where RabbitMQ is not installed
@@ -102,15 +105,16 @@ def private_node(name: str) -> Iterator[PrivateNode]:
     if _ctl(name, "status").returncode == 0:
         pytest.fail(f"a node called {name} already runs; stop it: rabbitmqctl -n {name} stop")
     with tempfile.TemporaryDirectory(prefix="acemq-node-") as folder:
-        yield from _run_node(name, Path(folder))
+        yield from _run_node(name, Path(folder), conf=conf, advanced=advanced)
 
 
-def _run_node(name: str, base: Path) -> Iterator[PrivateNode]:
+def _run_node(name: str, base: Path, *, conf: str, advanced: str) -> Iterator[PrivateNode]:
     amqp_port, dist_port = free_port(), free_port()
     node = PrivateNode(name=name, amqp_port=amqp_port, base=base)
     (base / "rabbitmq.conf").write_text(
-        f"listeners.tcp.local = 127.0.0.1:{amqp_port}\n", encoding="utf-8"
+        f"listeners.tcp.local = 127.0.0.1:{amqp_port}\n{conf}", encoding="utf-8"
     )
+    (base / "advanced.config").write_text(f"{advanced}\n", encoding="utf-8")
     (base / "enabled_plugins").write_text("[].\n", encoding="utf-8")
     # Our own environment file: the system one names the shared node.
     (base / "rabbitmq-env.conf").write_text(
@@ -126,6 +130,7 @@ def _run_node(name: str, base: Path) -> Iterator[PrivateNode]:
         "RABBITMQ_MNESIA_BASE": str(base / "mnesia"),
         "RABBITMQ_LOG_BASE": str(base / "log"),
         "RABBITMQ_CONFIG_FILE": str(base / "rabbitmq.conf"),
+        "RABBITMQ_ADVANCED_CONFIG_FILE": str(base / "advanced.config"),
         "RABBITMQ_ENABLED_PLUGINS_FILE": str(base / "enabled_plugins"),
         "RABBITMQ_CONF_ENV_FILE": str(base / "rabbitmq-env.conf"),
     }

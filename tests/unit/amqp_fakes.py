@@ -82,6 +82,9 @@ class FakeTransport:
         self.written = bytearray()
         self.chunks: list[bytes] = []  # one per write call
         self.aborted = False
+        self.closed = False
+        self.reading = True
+        self.limits: tuple[int, int] | None = None
 
     def write(self, data: bytes) -> None:
         """Keep what the link sends."""
@@ -89,9 +92,25 @@ class FakeTransport:
         self.chunks.append(data)
 
     def is_closing(self) -> bool:
-        """Closing once aborted."""
-        return self.aborted
+        """Closing once aborted or closed."""
+        return self.aborted or self.closed
 
     def abort(self) -> None:
         """Drop the connection."""
         self.aborted = True
+
+    def close(self) -> None:
+        """Close once what was written has left."""
+        self.closed = True
+
+    def set_write_buffer_limits(self, high: int, low: int) -> None:
+        """Note the marks the link sets."""
+        self.limits = (high, low)
+
+    def pause_reading(self) -> None:
+        """Stop reading from the socket."""
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        """Read again."""
+        self.reading = True

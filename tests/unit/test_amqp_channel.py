@@ -263,3 +263,58 @@ async def test_writes_leave_once_per_turn_and_in_batches_when_a_turn_queues_more
     await asyncio.sleep(0)
     assert [len(chunk) for chunk in transport.chunks[1:]] == [2 * part, 2 * part, part]
     assert b"".join(transport.chunks[1:]) == b"".join(parts)  # in order, nothing lost
+
+
+async def test_a_return_with_a_header_added_matches_by_id_then_by_publish_order() -> None:
+    """An interceptor's header breaks the byte match: the id decides, then RabbitMQ's order.
+
+    Returns come in publish order and before their confirm, so of two publishes alike in
+    body, exchange, routing key and id, the earliest unconfirmed one is the one returned.
+    """
+    channel = await opened(FakeLink())
+    tagged = publishing(channel, b"same", {"x-acemq-id": "a"})
+    first = publishing(channel, b"same", {"x-acemq-id": "b"})
+    second = publishing(channel, b"same", {"x-acemq-id": "b"})
+    await asyncio.sleep(0)
+    broker_returns(channel, b"same", {"x-acemq-id": "b", "timestamp_in_ms": 1})
+    channel.on_method(60 << 16 | 80, payload_of(spec.Basic.Ack(delivery_tag=3, multiple=True)))
+    assert await tagged == PublishOutcome.CONFIRMED  # another id: never taken for it
+    assert await first == PublishOutcome.RETURNED
+    assert await second == PublishOutcome.CONFIRMED
+
+
+async def test_a_received_content_header_over_the_frame_size_is_refused_before_sending() -> None:
+    """The broker would close the connection for it (501): nothing is written."""
+    link = FakeLink()
+    channel = await opened(link)
+    written = len(link.written)
+    with pytest.raises(ValueError, match="over the broker's frame size of 131072"):
+        await channel.publish(
+            b"body",
+            exchange="ex",
+            routing_key="rk",
+            properties={},
+            headers={},
+            slow_after_s=60,
+            on_slow=lambda: None,
+            content_header=b"\x00" * 131_065,
+        )
+    assert len(link.written) == written
+
+
+async def test_a_rejected_delivery_leaves_as_basic_reject_and_no_ack_covers_it() -> None:
+    """requeue=False sends it to the dead-letter exchange; the acks around it still batch."""
+    link = FakeLink()
+    channel, _ = await consuming(link)
+    for tag in (1, 2, 3):
+        deliver(channel, tag)
+    await asyncio.sleep(0)
+    assert await channel.reject(2, requeue=False)
+    assert await channel.ack(1)
+    assert await channel.ack(3)
+    await asyncio.sleep(0)
+    (reject,) = [m for m in link.methods() if m.name == "Basic.Reject"]
+    assert (reject.delivery_tag, reject.requeue) == (2, False)
+    assert link.acks() == [(3, True)]  # 1 and 3 in one, the rejected 2 no longer waited for
+    await channel.close()
+    assert not await channel.reject(3, requeue=True)  # a closed channel: the broker redelivers

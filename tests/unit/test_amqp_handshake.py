@@ -140,7 +140,7 @@ async def test_the_brokers_close_ends_the_connection_with_its_reason() -> None:
 async def test_a_blocked_connection_is_logged_and_stays_open(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """connection.blocked is only logged today (the transport issue's item 4 acts on it)."""
+    """connection.blocked and unblocked are logged; the connection stays open meanwhile."""
     async with ScriptedBroker(answers={"Basic.Qos": silent}) as server:
         connection = await connected(server)
         with caplog.at_level(logging.INFO, logger="sidecar.amqp"):

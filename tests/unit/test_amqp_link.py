@@ -11,11 +11,11 @@ from pamqp import commands as spec
 from pamqp import frame as pamqp_frame
 from pamqp import header as pamqp_header
 
-from sidecar.amqp import BrokerConnectionError, ChannelLostError, install_codec
-from sidecar.amqp.link import Link
+from sidecar.amqp import BrokerConnectionError, Channel, ChannelLostError, install_codec
+from sidecar.amqp.link import WRITE_BATCH_BYTES, WRITE_BUFFER_HIGH, Link
 from sidecar.frames import BASIC_DELIVER, HEARTBEAT
 
-from .amqp_fakes import FakeTransport
+from .amqp_fakes import FakeLink, FakeTransport
 
 install_codec()
 
@@ -49,6 +49,10 @@ class RecordingEnd:
     def lose(self, error: BaseException) -> None:
         """Note the end."""
         self.calls.append(("lose", error))
+
+    def close_frame(self, reply_code: int, reply_text: str) -> bytes:
+        """Return a connection.close, as the control makes it."""
+        return pamqp_frame.marshal(spec.Connection.Close(reply_code, reply_text, 0, 0), 0)
 
 
 def linked() -> tuple[Link, FakeTransport, RecordingEnd, RecordingEnd]:
@@ -91,23 +95,51 @@ async def test_frames_cut_anywhere_are_put_back_together_and_handed_in_order(ste
     assert control.calls == [("control", close)]  # channel 0 goes to the control
 
 
+def written_closes(transport: FakeTransport) -> list[Any]:
+    """The connection.close frames the link wrote."""
+    out, data, at = [], bytes(transport.written), 8  # after the protocol header
+    while at < len(data):
+        size, _, frame = pamqp_frame.unmarshal(data[at:])
+        at += size
+        if isinstance(frame, spec.Connection.Close):
+            out.append(frame)
+    return out
+
+
 @pytest.mark.parametrize(
-    ("data", "reason"),
+    ("data", "reason", "code"),
     [
-        (b"\x01\x00\x01" + (200_000).to_bytes(4, "big") + b"\x00", "over the frame size"),
-        (b"\x08\x00\x00\x00\x00\x00\x00\x00", "lacks its frame-end octet"),
-        (b"\x05\x00\x01\x00\x00\x00\x00\xce", "unknown frame type 5"),
-        (b"AMQP\x00\x00\x09\x00", "refused AMQP 0-9-1"),
+        (b"\x01\x00\x01" + (200_000).to_bytes(4, "big") + b"\x00", "over the frame size", 501),
+        (b"\x08\x00\x00\x00\x00\x00\x00\x00", "lacks its frame-end octet", 501),
+        (b"\x05\x00\x01\x00\x00\x00\x00\xce", "unknown frame type 5", 501),
+        (b"\x03\x00\x01\x00\x00\x00\x01x\xce", "content body without a header", 505),
+        (b"AMQP\x00\x00\x09\x00", "refused AMQP 0-9-1", None),
     ],
 )
-async def test_a_frame_that_cannot_be_read_drops_the_connection_with_the_reason(
-    data: bytes, reason: str
+async def test_a_frame_that_cannot_be_read_closes_the_connection_with_the_reason(
+    data: bytes, reason: str, code: int | None
 ) -> None:
-    """Reading on past a bad frame would misread everything after it."""
+    """Reading on past a bad frame would misread everything after it; the broker is told why.
+
+    501 (frame error) or 505 (unexpected frame) in our connection.close, then the socket
+    closes once it has left; a server that does not speak 0-9-1 is just dropped.
+    """
     link, transport, channel, control = linked()
+    if code == 505:
+        link.channels[1] = Channel(FakeLink(), 1)  # a real channel reads its content
     link.data_received(data)
     assert link.closed.is_set()
-    assert transport.aborted
+    if code is None:
+        assert transport.aborted
+        assert written_closes(transport) == []
+    else:
+        ((close,),) = [written_closes(transport)]
+        assert close.reply_code == code
+        assert reason in close.reply_text
+        assert transport.closed
+        assert not transport.reading
+    if code == 505:
+        return
     assert isinstance(link.close_reason, BrokerConnectionError)
     assert isinstance(link.close_reason, ConnectionError)
     assert reason in str(link.close_reason)
@@ -135,3 +167,65 @@ async def test_a_lost_socket_ends_every_channel_and_the_control_with_one_reason(
     assert [kind for kind, _ in channel.calls] == ["lose"]
     assert control.calls == [("lose", link.close_reason)]
     assert link.channels == {}
+
+
+async def test_a_write_buffer_over_the_mark_stops_reading_until_the_broker_drains_it() -> None:
+    """A broker that reads nothing cannot make the sidecar buffer without bound (issue 13).
+
+    On a real socket: the link writes until the transport's buffer passes the mark, then
+    stops reading (so no delivery or confirm makes it write more); once the peer reads
+    everything, it reads again.
+    """
+    loop = asyncio.get_running_loop()
+    release, drained, ended = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    total = {"written": len(b"AMQP\x00\x00\x09\x01"), "read": 0}
+
+    async def slow_broker(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await release.wait()
+        while data := await reader.read(1 << 20):
+            total["read"] += len(data)
+            if total["read"] >= total["written"]:
+                drained.set()
+        writer.close()
+        await writer.wait_closed()
+        ended.set()
+
+    server = await asyncio.start_server(slow_broker, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    link = Link(loop)
+    transport, _ = await loop.create_connection(lambda: link, "127.0.0.1", port)
+    try:
+        chunk = b"\0" * WRITE_BATCH_BYTES
+        while not link.reading_paused and total["written"] < 1 << 30:
+            link.write(chunk)  # a whole batch: it leaves at once
+            total["written"] += len(chunk)
+        assert link.reading_paused
+        assert not transport.is_reading()
+        assert transport.get_write_buffer_size() > WRITE_BUFFER_HIGH
+        release.set()
+        async with asyncio.timeout(30):
+            await drained.wait()
+        assert not link.reading_paused
+        assert transport.is_reading()
+    finally:
+        release.set()
+        transport.abort()
+        async with asyncio.timeout(30):
+            await ended.wait()
+        server.close()
+        await server.wait_closed()
+
+
+async def test_a_broker_is_not_taken_for_dead_while_the_link_itself_stopped_reading() -> None:
+    """What the broker sent waits unread then: its heartbeats are not silence."""
+    link, transport, _, _ = linked()
+    link.start_heartbeat(1)
+    link.pause_writing()
+    assert not transport.reading
+    await asyncio.sleep(2.6)  # past two intervals without a frame read
+    assert not link.closed.is_set(), link.close_reason
+    link.resume_writing()
+    assert transport.reading
+    async with asyncio.timeout(5):
+        await link.closed.wait()  # reading again, a silent broker is dropped as before
+    assert "no heartbeat" in str(link.close_reason)

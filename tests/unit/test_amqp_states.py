@@ -193,7 +193,7 @@ async def test_the_brokers_cancel_ends_the_consumer_but_not_the_channel() -> Non
 
 
 async def test_flow_is_answered_with_the_same_flag() -> None:
-    """channel.flow is acknowledged (obeying it is the transport issue's item 7)."""
+    """channel.flow is acknowledged with its own flag, and the channel stays open."""
     channel, link = await in_state(ChannelState.OPEN)
     control(channel, spec.Channel.Flow(active=False))
     (flow_ok,) = [m for m in link.methods() if m.name == "Channel.FlowOk"]

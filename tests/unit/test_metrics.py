@@ -265,6 +265,9 @@ def test_only_the_documented_metric_names_exist(
         P + "reconnects",
         P + "config_reloads",
         P + "build_info",
+        P + "retried_copies",
+        P + "dead_lettered",
+        P + "broker_blocked",
     }
 
 

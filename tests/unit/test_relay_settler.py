@@ -11,21 +11,22 @@ import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from prometheus_client import CollectorRegistry
 
-from sidecar.amqp import ChannelLostError, MissingEntityError
+from sidecar.amqp import ChannelLostError, MissingEntityError, RelayConnection
 from sidecar.clock import Clock
 from sidecar.contract import ERROR, Publishers
 from sidecar.delivery import Delivery, PublishOutcome
 from sidecar.errors import WireError
 from sidecar.metrics import Metrics
-from sidecar.relay import Settler
+from sidecar.publish_lane import PublishLane
 from sidecar.route_log import RouteLog
 from sidecar.route_state import RouteState
 from sidecar.routes import Mode, Route
+from sidecar.settler import Settler
 from sidecar.wire import Int32, Int64
 
 QUARANTINE = "acemq.quarantine"
@@ -51,6 +52,7 @@ class FakeChannel:
     acked: list[int] = field(default_factory=list)
     is_open: bool = True
     first_publish: asyncio.Event = field(default_factory=asyncio.Event)
+    connection_open: bool = True  # what the fake connection it comes from says
 
     async def publish(
         self,
@@ -94,6 +96,24 @@ class FakeChannel:
 
 
 @dataclass
+class OneChannelConnection:
+    """A connection whose every channel is the one fake: it publishes and acks alike."""
+
+    channel_: FakeChannel
+    blocked_reason: str | None = None
+
+    @property
+    def is_open(self) -> bool:
+        """Open while the fake channel says its connection is."""
+        return self.channel_.connection_open
+
+    async def channel(self, *, prefetch: int) -> FakeChannel:
+        """The fake channel, whatever the prefetch."""
+        del prefetch
+        return self.channel_
+
+
+@dataclass
 class Rig:
     """A settler for one route with its state, metrics and stop event."""
 
@@ -101,6 +121,12 @@ class Rig:
     state: RouteState
     registry: CollectorRegistry
     stop: asyncio.Event
+
+    async def settle(self, channel: FakeChannel, message: Delivery) -> None:
+        """Settle one delivery consumed and published on the fake channel."""
+        connection = cast("RelayConnection", OneChannelConnection(channel))  # a partial fake
+        self.settler.attach(connection, PublishLane(connection))
+        await self.settler.settle(channel, message)  # type: ignore[arg-type]
 
     def count(self, outcome: str) -> float | None:
         """Return the route's messages_total for the outcome."""
@@ -158,7 +184,7 @@ def delivery(headers: dict[str, Any] | None = None) -> Delivery:
 async def test_a_confirmed_copy_is_acked_and_counted_relayed() -> None:
     rig = make_rig()
     channel = FakeChannel([PublishOutcome.CONFIRMED])
-    await rig.settler.settle(channel, delivery())  # type: ignore[arg-type]
+    await rig.settle(channel, delivery())
     assert [p["exchange"] for p in channel.published] == ["orders"]
     assert channel.acked == [7]
     assert rig.count("relayed") == 1
@@ -169,7 +195,7 @@ async def test_a_confirmed_copy_is_acked_and_counted_relayed() -> None:
 async def test_a_returned_copy_sends_the_original_to_quarantine_then_acks() -> None:
     rig = make_rig()
     channel = FakeChannel([PublishOutcome.RETURNED, PublishOutcome.CONFIRMED])
-    await rig.settler.settle(channel, delivery())  # type: ignore[arg-type]
+    await rig.settle(channel, delivery())
     assert [p["exchange"] for p in channel.published] == ["orders", QUARANTINE]
     assert channel.published[1]["routing_key"] == "orders"
     assert channel.published[1]["headers"][ERROR].startswith("unroutable:")
@@ -184,12 +210,12 @@ async def test_a_nacked_copy_is_held_then_retried_on_the_same_channel() -> None:
     reasons: list[str | None] = []
     real_pause = rig.state.pause
 
-    def pause(reason: str) -> None:
-        real_pause(reason)
+    def pause(reason: str, **options: bool) -> None:
+        real_pause(reason, **options)
         reasons.append(rig.state.pause_reason)
 
     rig.state.pause = pause  # type: ignore[method-assign]
-    await rig.settler.settle(channel, delivery())  # type: ignore[arg-type]
+    await rig.settle(channel, delivery())
     assert [p["exchange"] for p in channel.published] == ["orders", "orders"]
     assert channel.acked == [7]
     assert reasons
@@ -204,7 +230,7 @@ async def test_a_held_delivery_is_let_go_unacked_on_stop() -> None:
     rig = make_rig(publishers=Publishers.APPS)
     channel = FakeChannel([PublishOutcome.RETURNED] * 10)
     message = delivery({**CANONICAL, "x-acemq-tenant": "acme"})
-    task = asyncio.create_task(rig.settler.settle(channel, message))  # type: ignore[arg-type]
+    task = asyncio.create_task(rig.settle(channel, message))
     await asyncio.wait_for(channel.first_publish.wait(), 5)
     await asyncio.sleep(0)  # let the settler read the answer
     assert rig.state.held == 1
@@ -220,7 +246,7 @@ async def test_a_held_delivery_is_let_go_unacked_on_stop() -> None:
 async def test_a_copy_that_cannot_be_encoded_goes_to_quarantine() -> None:
     rig = make_rig()
     channel = FakeChannel([WireError("too big"), PublishOutcome.CONFIRMED])
-    await rig.settler.settle(channel, delivery())  # type: ignore[arg-type]
+    await rig.settle(channel, delivery())
     reason = channel.published[1]["headers"][ERROR]
     assert reason == "the normalised message cannot be encoded: too big"
     assert channel.acked == [7]
@@ -229,7 +255,7 @@ async def test_a_copy_that_cannot_be_encoded_goes_to_quarantine() -> None:
 async def test_a_quarantine_copy_too_big_for_its_headers_goes_with_the_reason_only() -> None:
     rig = make_rig(publishers=Publishers.APPS)
     channel = FakeChannel([WireError("frame too large"), PublishOutcome.CONFIRMED])
-    await rig.settler.settle(channel, delivery({"x-acemq-tenant": "acme"}))  # type: ignore[arg-type]
+    await rig.settle(channel, delivery({"x-acemq-tenant": "acme"}))
     second = channel.published[1]["headers"]
     assert set(second) == {ERROR, "acemq-quarantined-from"}
     assert "the original headers could not be written: frame too large" in second[ERROR]
@@ -239,15 +265,15 @@ async def test_a_quarantine_copy_too_big_for_its_headers_goes_with_the_reason_on
 async def test_an_unexpected_error_while_publishing_quarantines_the_message() -> None:
     rig = make_rig()
     channel = FakeChannel([RuntimeError("boom"), PublishOutcome.CONFIRMED])
-    await rig.settler.settle(channel, delivery())  # type: ignore[arg-type]
+    await rig.settle(channel, delivery())
     assert channel.published[1]["headers"][ERROR] == "internal error: RuntimeError('boom')"
     assert channel.acked == [7]
 
 
 async def test_a_lost_channel_leaves_the_delivery_to_the_broker() -> None:
     rig = make_rig()
-    channel = FakeChannel([ChannelLostError("connection reset")])
-    await rig.settler.settle(channel, delivery())  # type: ignore[arg-type]
+    channel = FakeChannel([ChannelLostError("connection reset")], connection_open=False)
+    await rig.settle(channel, delivery())
     assert channel.acked == []
     assert rig.state.pause_reason is None  # the worker, not the delivery, reports a lost channel
     assert rig.state.in_flight == 0
@@ -256,7 +282,7 @@ async def test_a_lost_channel_leaves_the_delivery_to_the_broker() -> None:
 async def test_a_missing_exchange_pauses_the_route_without_an_ack() -> None:
     rig = make_rig()
     channel = FakeChannel([MissingEntityError(kind="exchange", name="orders")])
-    await rig.settler.settle(channel, delivery())  # type: ignore[arg-type]
+    await rig.settle(channel, delivery())
     assert channel.acked == []
     assert 'exchange "orders"' in str(rig.state.pause_reason)
 
@@ -265,7 +291,7 @@ async def test_a_failing_quarantine_closes_the_channel_for_a_redelivery() -> Non
     """A bug on the quarantine path must not spin: the channel closes, the broker redelivers."""
     rig = make_rig(publishers=Publishers.APPS)
     channel = FakeChannel([RuntimeError("boom")])
-    await rig.settler.settle(channel, delivery({"x-acemq-tenant": "acme"}))  # type: ignore[arg-type]
+    await rig.settle(channel, delivery({"x-acemq-tenant": "acme"}))
     assert channel.acked == []
     assert not channel.is_open
     assert rig.state.pause_reason == "internal error; see the log"
@@ -275,7 +301,7 @@ async def test_a_failing_quarantine_closes_the_channel_for_a_redelivery() -> Non
 async def test_violations_are_counted_once_per_message(mode: Mode) -> None:
     rig = make_rig(mode=mode)
     channel = FakeChannel([PublishOutcome.CONFIRMED])
-    await rig.settler.settle(channel, delivery({"x-acemq-id": "m-1"}))  # type: ignore[arg-type]
+    await rig.settle(channel, delivery({"x-acemq-id": "m-1"}))
     defaulted = rig.registry.get_sample_value(
         "acemq_sidecar_violations_total",
         {"route": "orders", "kind": "defaulted", "header": "x-acemq-type"},

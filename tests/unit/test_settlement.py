@@ -197,7 +197,8 @@ DECISIONS = [
         PublishOutcome.NACKED,
         Hold(
             'the broker refused (nacked) a publish to exchange "orders"; is a target queue'
-            " full with overflow reject-publish?"
+            " full with overflow reject-publish?",
+            may_duplicate=True,
         ),
     ),
     (TO_QUARANTINE, PublishOutcome.CONFIRMED, Done(Outcome.QUARANTINED)),
@@ -206,7 +207,8 @@ DECISIONS = [
         PublishOutcome.RETURNED,
         Hold(
             'quarantine exchange "acemq.quarantine" returned the copy (routing key "orders");'
-            " bind a queue to it. Messages stay in staging until it takes them"
+            " bind a queue to it. The message is held meanwhile (until"
+            " broker.consumer_timeout_s x 0.75, then dead-lettered)"
         ),
     ),
     (
@@ -214,7 +216,9 @@ DECISIONS = [
         PublishOutcome.NACKED,
         Hold(
             'quarantine exchange "acemq.quarantine" nacked the copy (routing key "orders");'
-            " bind a queue to it. Messages stay in staging until it takes them"
+            " bind a queue to it. The message is held meanwhile (until"
+            " broker.consumer_timeout_s x 0.75, then dead-lettered)",
+            may_duplicate=True,
         ),
     ),
 ]

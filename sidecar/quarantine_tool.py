@@ -1,0 +1,497 @@
+"""The I/O of ``acemq-sidecar quarantine list`` and ``replay``: read a queue, put it back.
+
+It owns the reading of a quarantine queue without changing it: every message is consumed
+with manual acks and none is acked (``list``), or only a replayed one, after the broker
+confirmed its original back in staging (``replay``); closing the channels gives every
+other message back to the broker, in order. A kill at any moment loses nothing: the broker
+requeues what the connection held. The rows, the filters (:mod:`sidecar.quarantine`) and
+the original's headers (:mod:`sidecar.settlement`, :mod:`sidecar.contract`) are the pure
+core's; this module must not decide what a row says or how a replay is stamped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Final, TextIO
+
+from sidecar.amqp import ChannelLostError, MissingEntityError, PublishOutcome, connect
+from sidecar.contract import stamp_replay
+from sidecar.errors import SidecarError, WireError
+from sidecar.quarantine import row_of
+from sidecar.settlement import QUARANTINED_FROM, original_headers
+
+if TYPE_CHECKING:
+    import ssl
+    from collections.abc import AsyncGenerator, Callable, Coroutine
+    from typing import Any
+
+    from sidecar.address import BrokerAddress
+    from sidecar.amqp import Channel, Connection, Delivery
+    from sidecar.clock import Clock
+    from sidecar.contract import PropertyValue
+    from sidecar.quarantine import QuarantinedMessage, Selection
+    from sidecar.wire import FieldValue
+
+__all__ = [
+    "BrokerTarget",
+    "QuarantineInputError",
+    "ReadReport",
+    "Replay",
+    "ReplayReport",
+    "Unreplayable",
+    "list_messages",
+    "open_connection",
+    "plan_replay",
+    "replay_messages",
+]
+
+PREFETCH_MAX: Final = 65_535  # basic.qos's prefetch-count is 16 bits; 0 would mean no limit
+WINDOW_MIN: Final = 1_000  # deliveries one channel holds unacked (memory: a window of bodies)
+CHANNELS_TARGET: Final = 1_000  # below RabbitMQ's default channel_max (2047)
+IDLE_S: Final = 2.0  # no delivery this long: ask the broker whether any is left to come
+PUBLISHES_IN_FLIGHT: Final = 256  # replays published and awaiting their confirm at once
+SLOW_CONFIRM_S: Final = 30.0
+DELIVERY_COUNT: Final = "x-delivery-count"  # a quorum queue's annotation of its own deliveries
+CONNECTION_NAME: Final = "acemq-sidecar quarantine"
+
+
+class QuarantineInputError(SidecarError):
+    """The command cannot act as asked: a queue that does not exist, a bad destination."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BrokerTarget:
+    """Where the broker is and how to reach it; show ``address.masked()``, never the URL."""
+
+    address: BrokerAddress
+    ssl_context: ssl.SSLContext | None = None
+    heartbeat_s: int = 30
+    connect_timeout_s: float = 10.0
+
+
+async def open_connection(target: BrokerTarget) -> Connection:
+    """Connect; a failure is a ConnectionError whose text never holds the password."""
+    return await connect(
+        target.address,
+        heartbeat_s=target.heartbeat_s,
+        connect_timeout_s=target.connect_timeout_s,
+        ssl_context=target.ssl_context,
+        name=CONNECTION_NAME,
+    )
+
+
+async def queue_depth(connection: Connection, queue: str) -> tuple[int, int]:
+    """Return (messages ready, consumers); raise QuarantineInputError if there is no queue."""
+    try:
+        counts = await connection.declare_passive(queue)
+    except MissingEntityError as e:
+        raise QuarantineInputError(
+            f'queue "{queue}" does not exist (check the name: `rabbitmqctl list_queues name`)'
+        ) from e
+    return counts.messages, counts.consumers
+
+
+# What can end a reading half-way; what was not acked is back in the queue.
+_INTERRUPTIONS: Final = (ChannelLostError, ConnectionError, QuarantineInputError)
+
+
+# --- reading a queue without changing it ------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """A delivery held unacked on its channel: ack it there, or leave it to go back."""
+
+    channel: Channel
+    delivery: Delivery
+
+
+def window_for(total: int) -> int:
+    """Return how many deliveries one channel holds: bounded memory, a bounded channel count.
+
+    Every message read stays unacked, so each channel's prefetch fills once and the next
+    channel takes the next window; ``basic.qos`` caps a window at 65,535.
+    """
+    return max(1, min(PREFETCH_MAX, total, max(WINDOW_MIN, -(-total // CHANNELS_TARGET))))
+
+
+class QueueReader:
+    """Deliver the first ``total`` messages of a queue in its order, holding every one.
+
+    One consumer at a time: a channel consumes until it has taken its window, then its
+    consumer is cancelled (its deliveries stay unacked on it) and the next channel takes
+    the next window, so deliveries arrive in the queue's order. ``close`` closes the
+    channels in the order they were opened, so the broker puts them back in that order.
+    """
+
+    def __init__(self, connection: Connection, queue: str, *, total: int, tag: str) -> None:
+        self._connection = connection
+        self._queue = queue
+        self._total = total
+        self._tag = tag
+        self._channels: list[Channel] = []
+        self.read = 0
+        self.shrank = False  # the queue held fewer messages than counted at the start
+
+    async def deliveries(self) -> AsyncGenerator[Held, None]:
+        """Yield held deliveries until ``total`` came, or the queue has none left to give."""
+        window = window_for(self._total)
+        while self.read < self._total:
+            want = min(window, self._total - self.read)
+            channel = await self._connection.channel(prefetch=want)
+            self._channels.append(channel)
+            inbox: asyncio.Queue[Delivery] = asyncio.Queue()
+            tag = f"{self._tag}.{len(self._channels)}"
+            await channel.consume(self._queue, _into(inbox), consumer_tag=tag)
+            taken = 0
+            while taken < want:
+                delivery = await self._next(inbox, channel)
+                if delivery is None:
+                    self.shrank = True
+                    return
+                taken += 1
+                self.read += 1
+                yield Held(channel, delivery)
+            await channel.cancel(tag)
+            # What the broker sent before the cancel (acks freed room in the window) is the
+            # queue's next messages: they come before the next channel's.
+            while not inbox.empty() and self.read < self._total:
+                self.read += 1
+                yield Held(channel, inbox.get_nowait())
+
+    async def _next(self, inbox: asyncio.Queue[Delivery], channel: Channel) -> Delivery | None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(IDLE_S):
+                    return await inbox.get()
+            if not channel.is_open:
+                raise ChannelLostError(f"the channel closed while reading {self._queue!r}")
+            # Nothing for a while: if nothing is ready either, the queue shrank (another
+            # consumer, an expiry) and no more will come.
+            ready, _ = await queue_depth(self._connection, self._queue)
+            if ready == 0 and inbox.empty():
+                return None
+
+    async def close(self) -> None:
+        """Close every channel, oldest first: all that was not acked goes back, in order."""
+        for channel in self._channels:
+            await channel.close()
+
+
+def _into(inbox: asyncio.Queue[Delivery]) -> Callable[[Delivery], Coroutine[Any, Any, None]]:
+    # Not an async def: the delivery is queued when its last frame is read, not when a task
+    # runs, so that after basic.cancel returns every delivery sent before it is in the inbox.
+    def on_delivery(delivery: Delivery) -> Coroutine[Any, Any, None]:
+        inbox.put_nowait(delivery)
+        return asyncio.sleep(0)
+
+    return on_delivery
+
+
+# --- list -----------------------------------------------------------------------------------
+
+
+@dataclass(slots=True, kw_only=True)
+class ReadReport:
+    """What a command read: how many at the start, how many read, how many selected."""
+
+    at_start: int
+    consumers: int
+    read: int = 0
+    selected: int = 0
+    shrank: bool = False
+    interrupted: str | None = None  # why the reading stopped early: the connection, the queue
+
+    def notes(self) -> list[str]:
+        """Return the lines that tell the operator what the reading could not see."""
+        lines = [f"read {self.read} of the {self.at_start} message(s) the queue held at the start"]
+        if self.consumers:
+            lines.append(
+                f"the queue has {self.consumers} other consumer(s): the messages they hold"
+                " unacked were not seen"
+            )
+        if self.shrank:
+            lines.append("the queue held fewer messages than at the start (another consumer?)")
+        if self.interrupted is not None:
+            lines.append(
+                f"interrupted: {self.interrupted}; every message not acked is back in the queue"
+            )
+        return lines
+
+
+async def list_messages(
+    connection: Connection,
+    queue: str,
+    selection: Selection,
+    *,
+    now_ms: int,
+    on_row: Callable[[QuarantinedMessage], None],
+) -> ReadReport:
+    """Hand each selected row to ``on_row`` in queue order; ack nothing, change nothing."""
+    at_start, consumers = await queue_depth(connection, queue)
+    report = ReadReport(at_start=at_start, consumers=consumers)
+    if at_start == 0 or selection.limit == 0:
+        return report
+    reader = QueueReader(connection, queue, total=at_start, tag="acemq-sidecar.quarantine.list")
+    try:
+        async with contextlib.aclosing(reader.deliveries()) as stream:
+            async for held in stream:
+                row = _row(held.delivery, reader.read, now_ms)
+                if selection.matches(row):
+                    report.selected += 1
+                    on_row(row)
+                    if selection.limit is not None and report.selected >= selection.limit:
+                        break
+    except _INTERRUPTIONS as e:
+        report.interrupted = str(e)
+    finally:
+        report.read, report.shrank = reader.read, reader.shrank
+        await reader.close()
+    return report
+
+
+def _row(delivery: Delivery, position: int, now_ms: int) -> QuarantinedMessage:
+    return row_of(
+        position=position,
+        routing_key=delivery.routing_key,
+        properties=delivery.properties,
+        headers=delivery.headers,
+        now_ms=now_ms,
+    )
+
+
+# --- replay ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Replay:
+    """Publish this original to ``queue`` through the default exchange."""
+
+    queue: str
+    properties: dict[str, PropertyValue]
+    headers: dict[str, FieldValue]
+
+
+@dataclass(frozen=True, slots=True)
+class Unreplayable:
+    """A quarantine copy that cannot be replayed; it stays in quarantine."""
+
+    reason: str
+
+
+def plan_replay(
+    delivery: Delivery, *, quarantine: str, to: str | None, now_ms: int
+) -> Replay | Unreplayable:
+    """Decide what to publish for one quarantine copy: its original, stamped as a replay.
+
+    The quarantine's headers come off and the envelope error it displaced goes back
+    (``original_headers``); ``x-delivery-count`` goes too, as a quorum quarantine queue
+    counts its own deliveries in it and the staging queue keeps its own count. Body and
+    properties are the copy's, so the same as the original's.
+    """
+    if delivery.undecodable is not None:
+        return Unreplayable("the quarantine copy's header table cannot be decoded")
+    destination = to
+    if destination is None:
+        source = delivery.headers.get(QUARANTINED_FROM)
+        destination = source if isinstance(source, str) and source else None
+    if destination is None:
+        return Unreplayable(f"no {QUARANTINED_FROM} header: give --to QUEUE")
+    original = original_headers(delivery.headers)
+    if original is None:
+        return Unreplayable(
+            "undecodable original: its header table travels as raw bytes in"
+            " acemq-original-headers, there is no table to restore"
+        )
+    original.pop(DELIVERY_COUNT, None)
+    headers = stamp_replay(original, replayed_from=quarantine, now_ms=now_ms)
+    return Replay(queue=destination, properties=dict(delivery.properties), headers=headers)
+
+
+@dataclass(slots=True, kw_only=True)
+class ReplayReport:
+    """What a replay did; ``failed`` counts by reason, each failure left in quarantine."""
+
+    read: ReadReport
+    dry_run: bool
+    replayed: int = 0
+    failed: Counter[str] = field(default_factory=Counter)
+    duplicates: int = 0  # replayed but the quarantine copy could not be acked: it is still there
+
+    @property
+    def skipped(self) -> int:
+        """Messages read but not selected: left in quarantine as they were."""
+        return self.read.read - self.read.selected
+
+    @property
+    def all_replayed(self) -> bool:
+        """Whether every selected message was replayed (or, dry, would be)."""
+        return not self.failed and self.replayed == self.read.selected
+
+    def summary(self) -> list[str]:
+        """Return the summary lines printed at the end."""
+        verb = "would replay" if self.dry_run else "replayed"
+        failed = sum(self.failed.values())
+        head = (
+            f"{verb} {self.replayed}, skipped {self.skipped} (not selected),"
+            f" failed {failed}, of {self.read.read} read"
+        )
+        lines = [head]
+        lines += [f"  failed {count}: {reason}" for reason, count in sorted(self.failed.items())]
+        if self.duplicates:
+            lines.append(
+                f"  {self.duplicates} replayed but still in quarantine (its ack was lost):"
+                " replaying again would duplicate it"
+            )
+        return lines
+
+
+class Progress:
+    """A progress line on a terminal (stderr); nothing when it is not a terminal."""
+
+    def __init__(self, stream: TextIO, *, total: int) -> None:
+        self._stream = stream
+        self._total = total
+        self._shown = -1
+        self._on = stream.isatty() and total > 0
+
+    def update(self, report: ReplayReport) -> None:
+        """Redraw when the share read moved by a percent."""
+        if not self._on:
+            return
+        done = report.read.read
+        percent = done * 100 // self._total
+        if percent == self._shown:
+            return
+        self._shown = percent
+        bar = "#" * (percent // 4)
+        failed = sum(report.failed.values())
+        self._stream.write(
+            f"\r[{bar:<25}] {done}/{self._total} read, {report.replayed} replayed, {failed} failed"
+        )
+        self._stream.flush()
+
+    def end(self) -> None:
+        """Leave the line, so the summary starts on its own."""
+        if self._on and self._shown >= 0:
+            self._stream.write("\n")
+            self._stream.flush()
+
+
+async def replay_messages(
+    connection: Connection,
+    queue: str,
+    selection: Selection,
+    *,
+    to: str | None,
+    dry_run: bool,
+    clock: Clock,
+    progress: TextIO,
+) -> ReplayReport:
+    """Replay each selected message to its staging queue; ack its copy only after the confirm.
+
+    Every other message, and every one whose replay failed, goes back to the queue when the
+    channels close. A crash anywhere leaves a message in quarantine, in staging, or (between
+    a confirm and its ack) in both: a duplicate, never a loss.
+    """
+    at_start, consumers = await queue_depth(connection, queue)
+    if to is not None:
+        await queue_depth(connection, to)  # a --to that does not exist is bad input
+    report = ReplayReport(read=ReadReport(at_start=at_start, consumers=consumers), dry_run=dry_run)
+    if at_start == 0 or selection.limit == 0:
+        return report
+    bar = Progress(progress, total=at_start)
+    reader = QueueReader(connection, queue, total=at_start, tag="acemq-sidecar.quarantine.replay")
+    publisher = await connection.channel(prefetch=1)
+    staging_exists: dict[str, bool] = {}
+    room = asyncio.Semaphore(PUBLISHES_IN_FLIGHT)
+    try:
+        async with asyncio.TaskGroup() as tasks, contextlib.aclosing(reader.deliveries()) as stream:
+            async for held in stream:
+                report.read.read = reader.read
+                row = _row(held.delivery, reader.read, clock.now_ms())
+                if not selection.matches(row):
+                    bar.update(report)
+                    continue
+                report.read.selected += 1
+                plan = plan_replay(held.delivery, quarantine=queue, to=to, now_ms=clock.now_ms())
+                if isinstance(plan, Unreplayable):
+                    report.failed[plan.reason] += 1
+                elif dry_run:
+                    await _dry(connection, plan, report, staging_exists)
+                else:
+                    await room.acquire()  # in order: publishes leave in the queue's order
+                    tasks.create_task(
+                        _replay_one(publisher, held, plan, report, room),
+                        name=f"replay-{reader.read}",
+                    )
+                bar.update(report)
+                if selection.limit is not None and report.read.selected >= selection.limit:
+                    break
+    except* _INTERRUPTIONS as group:
+        report.read.interrupted = str(group.exceptions[0])
+    finally:
+        report.read.read, report.read.shrank = reader.read, reader.shrank
+        bar.update(report)
+        bar.end()
+        await reader.close()
+        await publisher.close()
+    return report
+
+
+async def _dry(
+    connection: Connection, plan: Replay, report: ReplayReport, exists: dict[str, bool]
+) -> None:
+    if plan.queue not in exists:
+        try:
+            await queue_depth(connection, plan.queue)
+            exists[plan.queue] = True
+        except QuarantineInputError:
+            exists[plan.queue] = False
+    if exists[plan.queue]:
+        report.replayed += 1
+    else:
+        report.failed[f'staging queue "{plan.queue}" does not exist'] += 1
+
+
+async def _replay_one(
+    publisher: Channel, held: Held, plan: Replay, report: ReplayReport, room: asyncio.Semaphore
+) -> None:
+    try:
+        outcome = await publisher.publish(
+            held.delivery.body,
+            exchange="",
+            routing_key=plan.queue,
+            properties=plan.properties,
+            headers=plan.headers,
+            slow_after_s=SLOW_CONFIRM_S,
+            on_slow=lambda: None,
+        )
+    except WireError as e:
+        report.failed[f"the original cannot be encoded: {e}"] += 1
+        return
+    except ChannelLostError as e:
+        report.failed[f"the publish channel closed: {e}"] += 1
+        return
+    finally:
+        room.release()
+    match outcome:
+        case PublishOutcome.CONFIRMED:
+            # Only now: the original is in staging, so the copy can go.
+            if await held.channel.ack(held.delivery.delivery_tag):
+                report.replayed += 1
+            else:
+                report.duplicates += 1
+                report.failed[
+                    "replayed, but the quarantine copy's channel closed before its ack"
+                ] += 1
+        case PublishOutcome.RETURNED:
+            report.failed[
+                f'returned: the staging queue "{plan.queue}" does not exist'
+                " (create it, or give --to QUEUE)"
+            ] += 1
+        case PublishOutcome.NACKED:
+            report.failed[f'the broker refused (nacked) the publish to "{plan.queue}"'] += 1

@@ -1,0 +1,428 @@
+"""The I/O of one delivery: plan once, publish until the broker takes it, ack.
+
+``Settler`` carries out what ``sidecar.settlement`` decides for each delivery a route's
+``RouteWorker`` hands it: publishes on the route's publish lane (``sidecar.publish_lane``),
+the ack (or the reject) on the channel the delivery came on, holds with their own backoff
+on a channel that stays open. Its one rule is the relay's: a delivery is acked only after
+the broker confirmed its normalised copy, or its quarantine copy.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, assert_never
+
+from sidecar.amqp import ChannelClosedError, ChannelLostError, MissingEntityError
+from sidecar.backoff import Backoff
+from sidecar.contract import Policy
+from sidecar.errors import WireError
+from sidecar.producers import producer_of
+from sidecar.route_state import HeldDelivery
+from sidecar.routes import Mode
+from sidecar.settlement import (
+    Alone,
+    Copy,
+    DeadLetter,
+    Done,
+    Hold,
+    HoldLimits,
+    Outcome,
+    Quarantine,
+    Target,
+    Wait,
+    after_hold,
+    after_publish,
+    after_refusal,
+    blocked,
+    internal_error,
+    plan_delivery,
+    quarantine_copy,
+    reason_only,
+    slow_confirm,
+    unencodable,
+)
+from sidecar.waits import first_of, sleep_unless
+
+if TYPE_CHECKING:
+    import asyncio
+    import random
+    from collections.abc import Callable
+
+    from sidecar.amqp import Consumer, Publisher, RelayConnection
+    from sidecar.clock import Clock
+    from sidecar.contract import PropertyValue
+    from sidecar.delivery import Delivery, PublishOutcome
+    from sidecar.metrics import Metrics
+    from sidecar.publish_lane import PublishLane
+    from sidecar.route_log import RouteLog
+    from sidecar.route_state import RouteState
+    from sidecar.routes import Route
+    from sidecar.settlement import Decision, Plan
+    from sidecar.wire import FieldValue
+
+__all__ = ["CONFIRM_TIMEOUT_S", "Settler"]
+
+log = logging.getLogger("sidecar.relay")  # the relay's lines, whichever module writes them
+
+CONFIRM_TIMEOUT_S = 30.0  # after this a publish without a confirm is reported, not resent
+
+
+class _Retries:
+    """How one delivery's current plan has been retried so far."""
+
+    __slots__ = ("alone", "attempts", "backoff")
+
+    def __init__(self, *, rng: random.Random) -> None:
+        self.backoff = Backoff(rng=rng)
+        self.attempts = 0  # publishes of this plan the broker held back
+        self.alone = False  # publish on a channel of its own (once a refusal was ambiguous)
+
+    def restart(self) -> None:
+        """Count and back off afresh for a new plan (the quarantine copy); alone stays."""
+        self.attempts = 0
+        self.backoff.reset()
+
+
+class Settler:
+    """Settles one route's deliveries: plan once, publish until the broker takes it, ack.
+
+    The plan and the reading of every broker answer are ``sidecar.settlement``'s; this
+    class does the I/O they call for: publishes on the route's publish lane, the ack (or
+    the reject) on the channel the delivery came on.
+    """
+
+    def __init__(
+        self,
+        route: Route,
+        *,
+        quarantine_exchange: str,
+        login: str,
+        metrics: Metrics,
+        clock: Clock,
+        new_id: Callable[[], str],
+        state: RouteState,
+        log: RouteLog,
+        stop: asyncio.Event,
+        rng: random.Random,
+    ) -> None:
+        self.route = route
+        self._target = Target(
+            queue=route.queue,
+            exchange=route.exchange,
+            routing_key=route.routing_key,
+            audit=route.mode is Mode.AUDIT,
+            policy=Policy(publishers=route.publishers, origin=route.origin, login=login),
+        )
+        self._limits = HoldLimits(
+            consumer_timeout_s=route.limits.consumer_timeout_s,
+            nack_max_attempts=route.limits.nack_max_attempts,
+            nack_max_s=route.limits.nack_max_s,
+        )
+        self._quarantine_exchange = quarantine_exchange
+        self._login = login
+        self._metrics = metrics
+        self._clock = clock
+        self._new_id = new_id
+        self._state = state
+        self._log = log
+        self._stop = stop
+        self._rng = rng
+        self._lane: PublishLane | None = None
+        self._connection: RelayConnection | None = None
+
+    def attach(self, connection: RelayConnection, lane: PublishLane) -> None:
+        """Publish on ``lane`` from now on, and watch ``connection`` for a broker's block."""
+        self._lane = lane
+        self._connection = connection
+
+    async def settle(self, consumer: Consumer, delivery: Delivery) -> None:
+        """Settle one delivery: publish what the plan says until the broker takes it, then ack.
+
+        The plan is made once. When the broker will not take a copy for now (``Hold``), the
+        delivery is held and retried with its own backoff, bounded by the route's limits:
+        closing its channel would requeue it, and a quorum queue counts every requeue
+        against its delivery limit. A publish without a confirm is never sent twice: its
+        first outcome is awaited however long it takes.
+        """
+        state, route = self._state, self.route.name
+        state.begin()
+        started = self._clock.monotonic()
+        held = HeldDelivery(state)
+        try:
+            lane = self._lane
+            assert lane is not None  # noqa: S101 - attached before consuming starts
+            result = await self._carry_out(consumer, lane, delivery, held, started=started)
+            if isinstance(result, DeadLetter):
+                await self._dead_letter(consumer, delivery, result.reason)
+            elif result is not None and await consumer.ack(delivery.delivery_tag):
+                self._metrics.observe_message(route, result, self._clock.monotonic() - started)
+                held.release()
+                state.settled()
+        except MissingEntityError as e:
+            # The passive checks of a reopen say when it exists again; till then the
+            # deliveries wait in staging, not here.
+            state.pause(str(e))
+            await consumer.close()
+        except ChannelLostError as e:
+            log.debug("route %s: delivery left to the broker: %s", route, e)
+        except Exception:
+            log.exception("route %s: a delivery could not be settled", route)
+            state.pause("internal error; see the log")
+            await consumer.close()  # the broker redelivers it, after the route's backoff
+        finally:
+            held.release()
+            state.end()
+
+    def _plan(self, delivery: Delivery) -> Plan:
+        """Plan the delivery once, counting and logging the contract's violations."""
+        try:
+            plan, verdict = plan_delivery(
+                delivery, self._target, now_ms=self._clock.now_ms(), new_id=self._new_id
+            )
+        except Exception as e:
+            log.exception("route %s: unexpected error while normalising", self.route.name)
+            return internal_error(e)
+        if verdict is not None and verdict.violations:
+            producer = producer_of(
+                delivery.headers, delivery.properties, publishers=self._target.policy.publishers
+            )
+            self._metrics.count_violations(
+                self.route.name,
+                [(str(v.kind), v.header) for v in verdict.violations],
+                producer=producer,
+            )
+            self._log.violations(verdict, delivery, now=self._clock.monotonic())
+        return plan
+
+    async def _carry_out(
+        self,
+        consumer: Consumer,
+        lane: PublishLane,
+        delivery: Delivery,
+        held: HeldDelivery,
+        *,
+        started: float,
+    ) -> Outcome | DeadLetter | None:
+        """Publish what the plan says until the broker takes it; None when we must let go."""
+        plan = self._plan(delivery)
+        retries = _Retries(rng=self._rng)
+        while True:
+            if not await self._unblocked(held):
+                return None  # stopping while blocked: the broker redelivers it
+            decision = await self._attempt(lane, delivery, plan, held, alone=retries.alone)
+            after: Wait | Quarantine | DeadLetter | None
+            match decision:
+                case Done(outcome=outcome):
+                    if isinstance(plan, Quarantine):
+                        self._log.quarantined(plan.reason, delivery, now=self._clock.monotonic())
+                    return outcome
+                case Alone():
+                    after = self._alone(decision, retries)
+                case Hold():
+                    held.take(decision.reason)
+                    after = await self._hold(consumer, decision, plan, retries, started=started)
+                case _:
+                    after = decision
+            match after:
+                case Wait():
+                    continue
+                case Quarantine():
+                    plan = after
+                    retries.restart()
+                case DeadLetter() | None:
+                    return after
+                case _:
+                    assert_never(after)
+
+    def _alone(self, alone: Alone, retries: _Retries) -> Wait:
+        """Publish the same plan again at once, alone on a channel of its own."""
+        retries.alone = True
+        if alone.may_duplicate:
+            self._metrics.count_retried_copy(self.route.name)
+        return Wait(0.0)
+
+    async def _hold(
+        self, consumer: Consumer, hold: Hold, plan: Plan, retries: _Retries, *, started: float
+    ) -> Wait | Quarantine | DeadLetter | None:
+        """Wait before the plan is published again, or say where the delivery goes instead.
+
+        None: let it go (a stop, or the broker took the channel it came on away).
+        """
+        retries.attempts += 1
+        after = after_hold(
+            hold,
+            plan,
+            attempts=retries.attempts,
+            held_s=self._clock.monotonic() - started,
+            delay_s=retries.backoff.next_delay(),
+            limits=self._limits,
+        )
+        if isinstance(after, Wait):
+            await sleep_unless(self._stop, after.delay_s)
+            if self._stop.is_set() or not consumer.is_open:
+                return None  # the broker redelivers it
+            if hold.may_duplicate:
+                self._metrics.count_retried_copy(self.route.name)
+        return after
+
+    async def _unblocked(self, held: HeldDelivery) -> bool:
+        """Wait while the broker blocks the connection; False when a stop comes first.
+
+        Nothing new is published while blocked: a copy written then would sit in the
+        socket and might reach the broker after a SIGTERM gave its delivery back.
+        """
+        connection = self._connection
+        if connection is None:
+            return True
+        reason = connection.blocked_reason
+        if reason is None:
+            return True
+        held.take(blocked(reason))
+        await first_of(connection.wait_unblocked(), self._stop.wait())
+        return not self._stop.is_set()
+
+    async def _attempt(
+        self, lane: PublishLane, delivery: Delivery, plan: Plan, held: HeldDelivery, *, alone: bool
+    ) -> Decision:
+        """Publish the plan once; return what settlement makes of the broker's answer."""
+        exchange = (
+            self._quarantine_exchange if isinstance(plan, Quarantine) else self.route.exchange
+        )
+        try:
+            if alone:
+                async with lane.alone() as publisher:
+                    published = await self._publish_plan(publisher, delivery, plan, held)
+            else:
+                published = await self._publish_plan(await lane.publisher(), delivery, plan, held)
+        except MissingEntityError:
+            raise
+        except ChannelClosedError as e:
+            return after_refusal(e.code, e.text, plan, alone=alone, exchange=exchange)
+        except ChannelLostError:
+            if self._stop.is_set() or not lane.connection_open:
+                raise
+            # The shared channel was closed by another publish's refusal before or while
+            # this one went out: it may have been routed, or not.
+            return Hold("the publish channel closed; retrying on a new one", may_duplicate=True)
+        except (WireError, ValueError, TypeError) as e:
+            if isinstance(plan, Quarantine):
+                raise
+            return unencodable(e)
+        except Exception as e:
+            if isinstance(plan, Quarantine):
+                raise
+            log.exception("route %s: unexpected error while publishing", self.route.name)
+            return internal_error(e)
+        return after_publish(
+            published,
+            plan,
+            exchange=self.route.exchange,
+            quarantine_exchange=self._quarantine_exchange,
+            route=self.route.name,
+        )
+
+    async def _publish_plan(
+        self, publisher: Publisher, delivery: Delivery, plan: Plan, held: HeldDelivery
+    ) -> PublishOutcome:
+        match plan:
+            case Quarantine(reason=reason):
+                return await self._publish_quarantine(publisher, delivery, reason, held)
+            case Copy():
+                return await self._publish(
+                    publisher,
+                    delivery,
+                    exchange=self.route.exchange,
+                    routing_key=plan.routing_key,
+                    properties=plan.properties,
+                    headers=plan.headers,
+                    held=held,
+                    content_header=plan.content_header,
+                )
+            case _:
+                assert_never(plan)
+
+    async def _publish_quarantine(
+        self, publisher: Publisher, delivery: Delivery, reason: str, held: HeldDelivery
+    ) -> PublishOutcome:
+        """Publish the original to quarantine; without its headers if they cannot be written.
+
+        The original headers plus the reason may outgrow the broker's frame (or, a last
+        resort, not encode): the body, the properties and the reason go rather than hold
+        the message for ever; at the broker's smallest frame size, a short reason.
+        """
+        queue = self.route.queue
+        properties, headers = quarantine_copy(
+            delivery, reason=reason, queue=queue, login=self._login
+        )
+
+        async def publish(headers: dict[str, FieldValue]) -> PublishOutcome:
+            return await self._publish(
+                publisher,
+                delivery,
+                exchange=self._quarantine_exchange,
+                routing_key=self.route.name,
+                properties=properties,
+                headers=headers,
+                held=held,
+            )
+
+        try:
+            return await publish(headers)
+        except (WireError, ValueError, TypeError) as e:
+            log.warning(
+                "route %s: the quarantine copy cannot carry the original headers: %s",
+                self.route.name,
+                e,
+                extra={"route": self.route.name},
+            )
+            try:
+                return await publish(reason_only(reason, e, queue, short=False))
+            except WireError:
+                return await publish(reason_only(reason, e, queue, short=True))
+
+    async def _publish(
+        self,
+        publisher: Publisher,
+        delivery: Delivery,
+        *,
+        exchange: str,
+        routing_key: str,
+        properties: dict[str, PropertyValue],
+        headers: dict[str, FieldValue],
+        held: HeldDelivery,
+        content_header: bytes | None = None,
+    ) -> PublishOutcome:
+        """Publish a copy of the delivery's body; a confirm slower than the limit holds it."""
+        return await publisher.publish(
+            delivery.body,
+            exchange=exchange,
+            routing_key=routing_key,
+            properties=properties,
+            headers=headers,
+            slow_after_s=CONFIRM_TIMEOUT_S,
+            on_slow=lambda: held.take(slow_confirm(exchange, limit_s=CONFIRM_TIMEOUT_S)),
+            content_header=content_header,
+        )
+
+    async def _dead_letter(self, consumer: Consumer, delivery: Delivery, reason: str) -> None:
+        """Reject a delivery nothing takes (requeue=false): the broker dead-letters it.
+
+        Logged at error with the reason and counted, never silent. A channel already gone
+        rejects nothing: the broker then redelivers the delivery.
+        """
+        route = self.route.name
+        extra = {
+            "route": route,
+            "message_id": delivery.properties.get("message_id"),
+            "queue": self.route.queue,
+        }
+        if await consumer.reject(delivery.delivery_tag, requeue=False):
+            self._metrics.count_dead_lettered(route)
+            log.error(
+                "route %s rejected a message to the dead-letter exchange of queue %s"
+                " (dropped by the broker if it has none): %s",
+                route,
+                self.route.queue,
+                reason,
+                extra=extra,
+            )

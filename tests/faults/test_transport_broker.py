@@ -1,0 +1,250 @@
+"""The transport audit's client items (issue 13) against real RabbitMQ nodes of their own.
+
+Each node is private (``tests/faults/private_node.py``), with the config the condition
+needs: ``frame_max = 1048576`` (item 1: a 300 KB header table, published by a client that
+took that frame size, used to drop the sidecar's connection on every redelivery; and the
+memory alarm of item 4, set and cleared with ``rabbitmqctl``), and ``auth_mechanisms.1 =
+AMQPLAIN`` (item 8: the client used to send PLAIN regardless, and got a reset).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING
+
+import pytest
+
+from sidecar.address import BrokerAddress
+from sidecar.amqp import ConnectFailedError, PublishOutcome, connect
+from tests.e2e.conftest import (
+    Sidecar,
+    declare_flow,
+    declare_quarantine,
+    eventually,
+    make_ids,
+    publish_ids,
+    take_ids,
+)
+from tests.faults.private_node import PrivateNode, private_node
+from tests.support import Broker, open_broker
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable, Iterator
+    from pathlib import Path
+
+    from tests.faults.conftest import FaultRecord
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
+FRAME_NODE = "transport-frames@localhost"
+AUTH_NODE = "transport-auth@localhost"
+BROKER_FRAME_MAX = 1_048_576
+BIG_HEADER_BYTES = 300_000
+PER_ROUTE = 2_000
+RELAY_TIMEOUT_S = 120.0
+HEARTBEAT_S = 1
+BLOCKED_FOR_S = 3.5  # more than two heartbeat intervals: either side would have given up
+ERROR_HEADER = "x-acemq-error"
+
+
+@pytest.fixture(scope="module")
+def frames_node() -> Iterator[PrivateNode]:
+    """A node whose frame size is 1 MiB, eight times RabbitMQ's default."""
+    with private_node(FRAME_NODE, conf=f"frame_max = {BROKER_FRAME_MAX}\n") as started:
+        yield started
+
+
+@pytest.fixture
+async def node_broker(frames_node: PrivateNode) -> AsyncIterator[Broker]:
+    """A test client (aiormq, which takes the broker's frame size) on the 1 MiB node."""
+    async with open_broker(frames_node.url) as client:
+        yield client
+
+
+@pytest.fixture
+async def node_sidecar(frames_node: PrivateNode, tmp_path: Path) -> AsyncIterator[Sidecar]:
+    """A sidecar process on the 1 MiB node, killed at teardown whatever happened."""
+    process = Sidecar(amqp_url=frames_node.url, workdir=tmp_path)
+    try:
+        yield process
+    finally:
+        await process.kill()
+
+
+async def take_all(
+    broker: Broker, queue: str, want: int, *, context: Callable[[], str]
+) -> list[str]:
+    """Take ids from a queue until ``want`` came (repeats counted); return them all."""
+    taken: list[str] = []
+
+    async def enough() -> bool:
+        taken.extend(await take_ids(broker, queue))
+        return len(taken) >= want
+
+    await eventually(enough, timeout_s=RELAY_TIMEOUT_S, what=f"{want} on {queue}", context=context)
+    return taken
+
+
+@pytest.mark.parametrize(
+    ("query", "big_goes_to"),
+    [
+        ("", "target"),  # the sidecar takes the broker's 1 MiB: it relays the message
+        ("?frame_max=131072", "quarantine"),  # a client that reads less: quarantined
+    ],
+)
+async def test_a_300_kb_header_table_costs_no_reconnect_and_no_other_route(
+    node_broker: Broker,
+    node_sidecar: Sidecar,
+    record: Callable[..., FaultRecord],
+    query: str,
+    big_goes_to: str,
+) -> None:
+    """One large header on a 1 MiB broker: relayed or quarantined once, never a loop.
+
+    It used to drop the connection on every redelivery: 4 reconnects in 10 s, the other
+    route relayed 0 of 5, the message never quarantined.
+    """
+    broker = node_broker
+    quarantine, quarantined = await declare_quarantine(broker)
+    big_route, other_route = (
+        await declare_flow(broker, "big"),
+        await declare_flow(broker, "other"),
+    )
+    big_ids, other_ids = make_ids("big", PER_ROUTE), make_ids("other", PER_ROUTE)
+    half = PER_ROUTE // 2
+    await publish_ids(broker, big_route.staging, big_ids[:half])
+    headers = {"x-acemq-id": "the-big-one", "x-big": "b" * BIG_HEADER_BYTES}
+    await broker.publish(big_route.staging, headers=headers, message_id="the-big-one")
+    await publish_ids(broker, big_route.staging, big_ids[half:])
+    await publish_ids(broker, other_route.staging, other_ids)
+
+    node_sidecar.amqp_url = f"{node_sidecar.amqp_url.rstrip('/')}/{query}"
+    route_map = node_sidecar.route_map(quarantine=quarantine, flows=[big_route, other_route])
+    node_sidecar.write(route_map)
+    started = time.monotonic()
+    await node_sidecar.start()
+
+    other = await take_all(broker, other_route.target, PER_ROUTE, context=node_sidecar.output)
+    big_target = PER_ROUTE + (big_goes_to == "target")
+    big = await take_all(broker, big_route.target, big_target, context=node_sidecar.output)
+    elapsed = time.monotonic() - started
+    assert sorted(other) == other_ids
+    assert sorted(set(big) - {"the-big-one"}) == big_ids
+    if big_goes_to == "target":
+        assert big.count("the-big-one") == 1
+    else:
+        assert "the-big-one" not in big
+        (copy,) = await broker.take(quarantined, 1, timeout_s=RELAY_TIMEOUT_S)
+        assert copy.header.properties.message_id == "the-big-one"
+        reason = str((copy.header.properties.headers or {})[ERROR_HEADER])
+        assert "frame size of 131072" in reason, reason
+        assert "could not be written" in reason, reason  # the reason-only fallback
+    assert await broker.depth(big_route.staging) == 0
+    assert await broker.depth(quarantined) == 0
+    reconnects = await node_sidecar.metric("acemq_sidecar_reconnects_total")
+    assert reconnects == 0, node_sidecar.output()
+    assert node_sidecar.is_running()
+    record(
+        messages=2 * PER_ROUTE + 1,
+        faults=1,
+        duplicates=len(big) + len(other) - 2 * PER_ROUTE - (big_goes_to == "target"),
+        duplicate_bound=0,
+        recovery_s=(),
+        note=(
+            f"sidecar URL {query or '(no frame_max)'}: the 300 KB header went to {big_goes_to};"
+            f" reconnects {reconnects:g}; all {2 * PER_ROUTE + 1} settled in {elapsed:.1f} s"
+        ),
+    )
+
+
+async def test_blocked_is_reported_with_the_brokers_reason_and_heartbeats_keep_the_link(
+    frames_node: PrivateNode, record: Callable[..., FaultRecord]
+) -> None:
+    """A memory alarm: blocked_reason says so, a publish waits, the link survives, unblocks.
+
+    Heartbeats every second, blocked for 3.5 s: a side that stopped heartbeating (or took
+    the unread socket for a dead broker) would drop the connection.
+    """
+    ctl = frames_node.ctl
+    address = BrokerAddress.parse(f"{frames_node.url}?heartbeat={HEARTBEAT_S}")
+    connection = await connect(address, heartbeat_s=HEARTBEAT_S, connect_timeout_s=10)
+    try:
+        channel = await connection.channel(prefetch=1)
+        await ctl.run("set_vm_memory_high_watermark", "absolute", "1")
+        alarmed = time.monotonic()
+        try:
+            # RabbitMQ blocks a connection when it publishes during the alarm.
+            waiting = asyncio.create_task(
+                channel.publish(
+                    b"during the alarm",
+                    exchange="amq.fanout",
+                    routing_key="",
+                    properties={"message_id": "blocked"},
+                    headers=None,
+                    slow_after_s=60,
+                    on_slow=lambda: None,
+                )
+            )
+            await eventually(
+                lambda: connection.blocked_reason is not None,
+                timeout_s=30,
+                what="connection.blocked",
+            )
+            reason = connection.blocked_reason
+            blocked_after = time.monotonic() - alarmed
+            unblocked = asyncio.create_task(connection.wait_unblocked())
+            await asyncio.sleep(BLOCKED_FOR_S)
+            assert connection.is_open, await connection.wait_closed()
+            assert not unblocked.done()
+        finally:
+            await ctl.run("set_vm_memory_high_watermark", "0.4")
+        cleared = time.monotonic()
+        async with asyncio.timeout(30):
+            await unblocked
+        unblocked_after = time.monotonic() - cleared
+        assert connection.blocked_reason is None
+        async with asyncio.timeout(30):
+            assert await waiting in (PublishOutcome.CONFIRMED, PublishOutcome.RETURNED)
+        assert connection.is_open
+    finally:
+        await connection.close()
+    assert reason is not None
+    assert "memory" in reason, reason
+    record(
+        messages=1,
+        faults=1,
+        duplicates=0,
+        duplicate_bound=0,
+        recovery_s=(unblocked_after,),
+        note=(
+            f"blocked {blocked_after:.2f} s after the alarm ({reason!r}); open through"
+            f" {BLOCKED_FOR_S} s blocked at heartbeat {HEARTBEAT_S} s; recovery is the unblock"
+            " after the alarm cleared"
+        ),
+    )
+
+
+@pytest.fixture(scope="module")
+def amqplain_node() -> Iterator[PrivateNode]:
+    """A node that offers AMQPLAIN only."""
+    with private_node(AUTH_NODE, conf="auth_mechanisms.1 = AMQPLAIN\n") as started:
+        yield started
+
+
+async def test_an_amqplain_only_broker_is_logged_into_and_a_refusal_names_the_mechanism(
+    amqplain_node: PrivateNode,
+) -> None:
+    """It used to get PLAIN, and RabbitMQ reset the connection (ConnectionResetError 104)."""
+    address = BrokerAddress.parse(amqplain_node.url)
+    connection = await connect(address, heartbeat_s=30, connect_timeout_s=10)
+    try:
+        await connection.check_exchange("amq.direct")
+    finally:
+        await connection.close()
+    wrong = BrokerAddress.parse(amqplain_node.url.replace("guest:guest", "guest:wrong-one"))
+    with pytest.raises(ConnectFailedError) as e:
+        await connect(wrong, heartbeat_s=30, connect_timeout_s=10)
+    assert "SASL mechanism AMQPLAIN as user 'guest'" in str(e.value)
+    assert "ACCESS_REFUSED" in str(e.value)
+    assert "wrong-one" not in str(e.value)
