@@ -105,7 +105,7 @@ async def declare_quorum_flow(
         staging = await broker.queue(
             f"{name}.staging",
             **QUORUM,
-            **{"x-delivery-limit": DELIVERY_LIMIT},
+            **({"x-delivery-limit": DELIVERY_LIMIT} if DELIVERY_LIMIT else {}),
             **(staging_arguments or {}),
         )
         staging_exchange = await broker.exchange(f"{name}.stage")

@@ -1,6 +1,7 @@
 """A three-node RabbitMQ cluster on this machine, of the test session's own.
 
-Each node has its own name (``acemq-c1@localhost`` ...), AMQP port (loopback only),
+Each node has its own name (``acemq-RUN-c1@localhost`` ..., RUN drawn per session, so
+that two runs on one machine never meet), AMQP port (loopback only),
 distribution port, config, data and log folders, started the way
 ``tests/faults/private_node.py`` starts one node. The nodes share an Erlang cookie drawn for
 the session and passed to the server (``-setcookie``) and to every ``rabbitmqctl``
@@ -33,9 +34,7 @@ from tests.faults.conftest import RabbitCtl
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-# Named after this process too, so that two runs on one machine (a developer's and CI's,
-# or a run left behind) never meet on a node name.
-NODES = tuple(f"acemq-c{i}-{os.getpid()}@localhost" for i in (1, 2, 3))
+MEMBERS = ("c1", "c2", "c3")
 START_TIMEOUT_S = 120.0
 CTL_TIMEOUT_S = 90.0
 POLL_S = 0.5
@@ -218,13 +217,13 @@ class Cluster:
         for node in self.nodes:
             if node.is_up():
                 out = node.run("rabbitmqctl", "eval", "rabbit_nodes:all_running().")
-                return sorted(name for name in NODES if name in out)
+                return sorted(node.name for node in self.nodes if f"'{node.name}'" in out)
         return []
 
     def wait_all_running(self) -> None:
         """Wait until every node runs and sees the other two."""
         deadline = time.monotonic() + START_TIMEOUT_S
-        while (running := self.running()) != sorted(NODES):
+        while (running := self.running()) != sorted(node.name for node in self.nodes):
             if time.monotonic() > deadline:
                 pytest.fail(f"the cluster did not come back: only {running} run")
             time.sleep(POLL_S)
@@ -265,16 +264,17 @@ def three_node_cluster() -> Iterator[Cluster]:
     """
     _require_rabbitmq()
     cookie = secrets.token_hex(16).upper()
+    run = secrets.token_hex(3)  # two runs at once (CI and a developer) must not share names
     with tempfile.TemporaryDirectory(prefix="acemq-cluster-") as folder:
         nodes = tuple(
             Node(
-                name=name,
+                name=f"acemq-{run}-{member}@localhost",
                 amqp_port=free_port(),
                 dist_port=free_port(),
-                base=Path(folder) / name.partition("@")[0],
+                base=Path(folder) / member,
                 cookie=cookie,
             )
-            for name in NODES
+            for member in MEMBERS
         )
         for node in nodes:
             if subprocess.run(
