@@ -29,7 +29,7 @@ import statistics
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -159,7 +159,7 @@ async def run_setup(setup: str, *, n: int, pairs: int) -> dict[str, object]:
     runs: dict[str, list[dict[str, float]]] = {"sidecar": [], "shovel": []}
     note: str | None = None
     try:
-        with broker_pinned(broker, 0) if setup == "pinned" else _nothing() as note:
+        with broker_pinned(broker, 0) if setup == "pinned" else nullcontext() as note:
             core = 1 if setup == "pinned" and note is None else None
             for pair in range(pairs):
                 order = ("sidecar", "shovel") if pair % 2 == 0 else ("shovel", "sidecar")
@@ -196,11 +196,6 @@ async def run_setup(setup: str, *, n: int, pairs: int) -> dict[str, object]:
         "max": round(max(broker_ratio), 2),
     }
     return summary
-
-
-@contextmanager
-def _nothing() -> Iterator[None]:
-    yield None
 
 
 def _print(summary: dict[str, object]) -> None:
