@@ -12,6 +12,7 @@ numbers are printed for docs/reliability.md.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 from collections import Counter
@@ -235,25 +236,10 @@ async def test_a_message_above_max_message_size_does_not_stall_the_others(
     It used to be an endless 406, channel reopen, stuck route.
     """
     big, small = make_ids("big", 3), make_ids("small", 40)
-    staging, target, quarantine, _ = await size_topology(nb)
-    await publish_sized(nb, staging, small, big)
-    await node.ctl.run("eval", "application:set_env(rabbit, max_message_size, 65536).")
-    try:
-        sidecar_on_node.write(
-            route_map(
-                sidecar_on_node,
-                quarantine=quarantine,
-                routes=[route("sized", staging, target[0])],
-                consumer_timeout_s=CONSUMER_TIMEOUT_MS / 1000,
-            )
-        )
-        await sidecar_on_node.start(wait_ready=False)
-        relayed = await take_all(nb, target[1], small, sidecar=sidecar_on_node)
+    async with sized_flow(nb, node, sidecar_on_node, small=small, big=big) as (_, target, _):
+        relayed = await take_all(nb, target, small, sidecar=sidecar_on_node)
         assert not set(big) & set(relayed.ids)
         report("406 max_message_size", messages=43, relayed=len(set(relayed.ids)), lost=0)
-    finally:
-        await sidecar_on_node.kill()
-        await node.ctl.run("eval", "application:set_env(rabbit, max_message_size, 134217728).")
 
 
 async def test_a_message_no_copy_of_which_the_broker_accepts_is_dead_lettered(
@@ -261,27 +247,41 @@ async def test_a_message_no_copy_of_which_the_broker_accepts_is_dead_lettered(
 ) -> None:
     """Issue 13.5: too big for the target and for quarantine: rejected to the DLX, counted."""
     big, small = make_ids("big", 3), make_ids("small", 10)
-    staging, target, quarantine, dlq = await size_topology(nb)
-    await publish_sized(nb, staging, small, big)
-    await node.ctl.run("eval", "application:set_env(rabbit, max_message_size, 65536).")
-    try:
-        sidecar_on_node.write(
-            route_map(
-                sidecar_on_node,
-                quarantine=quarantine,
-                routes=[route("sized", staging, target[0])],
-                consumer_timeout_s=CONSUMER_TIMEOUT_MS / 1000,
-            )
-        )
-        await sidecar_on_node.start(wait_ready=False)
-        await take_all(nb, target[1], small, sidecar=sidecar_on_node)
+    async with sized_flow(nb, node, sidecar_on_node, small=small, big=big) as flow:
+        staging, target, dlq = flow
+        await take_all(nb, target, small, sidecar=sidecar_on_node)
         dead = await take_all(nb, dlq, big, sidecar=sidecar_on_node)
         await sidecar_on_node.wait_ready()
         assert await sidecar_on_node.metric("acemq_sidecar_dead_lettered_total") == len(big)
         assert await nb.depth(staging) == 0
         report("406 on target and quarantine", messages=13, dead_lettered=len(set(dead.ids)))
+
+
+@contextlib.asynccontextmanager
+async def sized_flow(
+    nb: Broker, node: PrivateNode, sidecar: Sidecar, *, small: list[str], big: list[str]
+) -> AsyncIterator[tuple[str, str, str]]:
+    """Queue small and big messages, lower max_message_size below the big ones, run a route.
+
+    Yields the staging queue, the target queue and the dead-letter queue; afterwards the
+    sidecar is killed and the node's max_message_size put back, whatever happened.
+    """
+    staging, target, quarantine, dlq = await size_topology(nb)
+    await publish_sized(nb, staging, small, big)
+    await node.ctl.run("eval", "application:set_env(rabbit, max_message_size, 65536).")
+    try:
+        sidecar.write(
+            route_map(
+                sidecar,
+                quarantine=quarantine,
+                routes=[route("sized", staging, target[0])],
+                consumer_timeout_s=CONSUMER_TIMEOUT_MS / 1000,
+            )
+        )
+        await sidecar.start(wait_ready=False)
+        yield staging, target[1], dlq
     finally:
-        await sidecar_on_node.kill()
+        await sidecar.kill()
         await node.ctl.run("eval", "application:set_env(rabbit, max_message_size, 134217728).")
 
 
