@@ -6,6 +6,13 @@ takes down only the publish channel: the consumed deliveries stay unacked on the
 not requeued, and spend none of a quorum queue's delivery limit. The shared channel is
 reopened by the next publish that needs it; a publish that must be told apart from the
 others (whose refusal was it?) goes alone on a channel of its own, one at a time.
+
+A shared channel that nacked a publish is retired: the next publish opens a new one, and
+the retired channel closes once the publishes in flight on it have their answers. RabbitMQ
+3.10 can keep nacking every publish on a channel whose first publish to a quorum queue came
+while that queue elected a new leader, while a new channel is acked at once
+(docs/scaling.md); a full queue with overflow reject-publish costs one new channel per
+round of retries, not one per message.
 """
 
 from __future__ import annotations
@@ -24,12 +31,24 @@ __all__ = ["PublishLane"]
 PUBLISH_PREFETCH = 1  # the publish channel consumes nothing; its qos is never used
 
 
+class _Shared:
+    """A shared publish channel, how many publishes are on it, and whether it is retired."""
+
+    __slots__ = ("publisher", "retired", "users")
+
+    def __init__(self, publisher: Publisher) -> None:
+        self.publisher = publisher
+        self.users = 0
+        self.retired = False
+
+
 class PublishLane:
     """The publish channels of one route on one connection; see the module docstring."""
 
     def __init__(self, connection: RelayConnection) -> None:
         self._connection = connection
-        self._shared: Publisher | None = None
+        self._shared: _Shared | None = None
+        self._retired: list[_Shared] = []  # closed by their last user, or by close()
         self._opening = asyncio.Lock()
         self._alone = asyncio.Lock()  # one publish alone at a time: no storm of channels
         self._closed = False
@@ -41,19 +60,45 @@ class PublishLane:
 
     async def open(self) -> None:
         """Open the shared channel now, so that a route that cannot publish does not start."""
-        await self.publisher()
+        await self._current()
 
-    async def publisher(self) -> Publisher:
-        """Return the shared publish channel, opening a new one if the broker closed it."""
+    @contextlib.asynccontextmanager
+    async def shared(self) -> AsyncIterator[Publisher]:
+        """Yield the shared publish channel (a new one if the broker closed it or it retired).
+
+        The channel is counted as in use until the block ends, so that a retired one is
+        closed only once no publish waits on it.
+        """
+        shared = await self._current()
+        shared.users += 1
+        try:
+            yield shared.publisher
+        finally:
+            shared.users -= 1
+            if shared.retired and shared.users == 0 and shared in self._retired:
+                self._retired.remove(shared)
+                await shared.publisher.close()
+
+    def retire(self, publisher: Publisher) -> None:
+        """Publish nothing new on this shared channel; the next publish opens another."""
         shared = self._shared
-        if shared is not None and shared.is_open:
+        if shared is None or shared.publisher is not publisher:
+            return  # retired already, or not the shared one
+        self._shared = None
+        shared.retired = True
+        self._retired.append(shared)
+
+    async def _current(self) -> _Shared:
+        shared = self._shared
+        if shared is not None and shared.publisher.is_open:
             return shared
         async with self._opening:
             shared = self._shared
-            if shared is None or not shared.is_open:
-                self._shared = shared = await self._connection.channel(prefetch=PUBLISH_PREFETCH)
+            if shared is None or not shared.publisher.is_open:
+                channel = await self._connection.channel(prefetch=PUBLISH_PREFETCH)
+                self._shared = shared = _Shared(channel)
             if self._closed:  # closed while it opened: leave nothing behind
-                await shared.close()
+                await shared.publisher.close()
             return shared
 
     @contextlib.asynccontextmanager
@@ -67,8 +112,9 @@ class PublishLane:
                 await channel.close()
 
     async def close(self) -> None:
-        """Close the shared channel (its unconfirmed publishes fail as lost)."""
+        """Close the shared and retired channels (their unconfirmed publishes fail as lost)."""
         self._closed = True
         shared, self._shared = self._shared, None
-        if shared is not None:
-            await shared.close()
+        retired, self._retired = self._retired, []
+        for each in [*retired, *([shared] if shared is not None else [])]:
+            await each.publisher.close()

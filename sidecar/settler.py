@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, assert_never
 from sidecar.amqp import ChannelClosedError, ChannelLostError, MissingEntityError
 from sidecar.backoff import Backoff
 from sidecar.contract import Policy
+from sidecar.delivery import PublishOutcome
 from sidecar.errors import WireError
 from sidecar.producers import producer_of
 from sidecar.route_state import HeldDelivery
@@ -51,7 +52,7 @@ if TYPE_CHECKING:
     from sidecar.amqp import Consumer, Publisher, RelayConnection
     from sidecar.clock import Clock
     from sidecar.contract import PropertyValue
-    from sidecar.delivery import Delivery, PublishOutcome
+    from sidecar.delivery import Delivery
     from sidecar.metrics import Metrics
     from sidecar.publish_lane import PublishLane
     from sidecar.route_log import RouteLog
@@ -289,11 +290,7 @@ class Settler:
             self._quarantine_exchange if isinstance(plan, Quarantine) else self.route.exchange
         )
         try:
-            if alone:
-                async with lane.alone() as publisher:
-                    published = await self._publish_plan(publisher, delivery, plan, held)
-            else:
-                published = await self._publish_plan(await lane.publisher(), delivery, plan, held)
+            published = await self._publish_on(lane, delivery, plan, held, alone=alone)
         except MissingEntityError:
             raise
         except ChannelClosedError as e:
@@ -320,6 +317,19 @@ class Settler:
             quarantine_exchange=self._quarantine_exchange,
             route=self.route.name,
         )
+
+    async def _publish_on(
+        self, lane: PublishLane, delivery: Delivery, plan: Plan, held: HeldDelivery, *, alone: bool
+    ) -> PublishOutcome:
+        """Publish the plan on a channel of its own, or on the shared one."""
+        if alone:
+            async with lane.alone() as publisher:
+                return await self._publish_plan(publisher, delivery, plan, held)
+        async with lane.shared() as publisher:
+            published = await self._publish_plan(publisher, delivery, plan, held)
+            if published is PublishOutcome.NACKED:
+                lane.retire(publisher)  # the retry goes on a new channel (see PublishLane)
+            return published
 
     async def _publish_plan(
         self, publisher: Publisher, delivery: Delivery, plan: Plan, held: HeldDelivery

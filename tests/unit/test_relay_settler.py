@@ -203,10 +203,31 @@ async def test_a_returned_copy_sends_the_original_to_quarantine_then_acks() -> N
     assert rig.count("quarantined") == 1
 
 
-async def test_a_nacked_copy_is_held_then_retried_on_the_same_channel() -> None:
-    """Held, the route says why; once the retry is confirmed it is acked and resumes."""
+@dataclass
+class FreshChannels:
+    """A connection whose every channel is a new fake, all answering from one script."""
+
+    answers: list[Answer]
+    opened: list[FakeChannel] = field(default_factory=list)
+    blocked_reason: str | None = None
+    is_open: bool = True
+
+    async def channel(self, *, prefetch: int) -> FakeChannel:
+        """A new fake channel sharing the script."""
+        del prefetch
+        self.opened.append(FakeChannel(self.answers))
+        return self.opened[-1]
+
+
+async def test_a_nacked_copy_is_held_then_retried_on_a_new_publish_channel() -> None:
+    """Held, the route says why; the retry goes on a new channel, the nacking one is closed.
+
+    RabbitMQ 3.10 can go on nacking every publish on a channel that published into a
+    quorum queue's leader election, while a new channel is acked (docs/scaling.md).
+    """
     rig = make_rig()
-    channel = FakeChannel([PublishOutcome.NACKED, PublishOutcome.CONFIRMED])
+    connection = FreshChannels([PublishOutcome.NACKED, PublishOutcome.CONFIRMED])
+    consumer = FakeChannel([])
     reasons: list[str | None] = []
     real_pause = rig.state.pause
 
@@ -215,9 +236,16 @@ async def test_a_nacked_copy_is_held_then_retried_on_the_same_channel() -> None:
         reasons.append(rig.state.pause_reason)
 
     rig.state.pause = pause  # type: ignore[method-assign]
-    await rig.settle(channel, delivery())
-    assert [p["exchange"] for p in channel.published] == ["orders", "orders"]
-    assert channel.acked == [7]
+    rig.settler.attach(
+        cast("RelayConnection", connection), PublishLane(cast("RelayConnection", connection))
+    )
+    await rig.settler.settle(consumer, delivery())  # type: ignore[arg-type]
+    assert [[p["exchange"] for p in c.published] for c in connection.opened] == [
+        ["orders"],
+        ["orders"],
+    ]
+    assert [c.is_open for c in connection.opened] == [False, True]
+    assert consumer.acked == [7]
     assert reasons
     assert "nacked" in str(reasons[0])
     assert rig.state.held == 0
