@@ -17,6 +17,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from sidecar.relay import RouteWorker
+from sidecar.route_context import RouteContext
 
 if TYPE_CHECKING:
     import random
@@ -132,13 +133,15 @@ class RouteFleet:
         assert self._session is not None  # noqa: S101 - only called inside a session
         assert self._connection is not None  # noqa: S101
         worker = RouteWorker(
-            route,
-            quarantine_exchange=self._route_map.quarantine_exchange,
-            login=self._login,
-            metrics=self._metrics,
-            clock=self._clock,
-            new_id=self._new_id,
-            rng=self._rng,
+            RouteContext(
+                route=route,
+                quarantine_exchange=self._route_map.quarantine_exchange,
+                login=self._login,
+                metrics=self._metrics,
+                clock=self._clock,
+                new_id=self._new_id,
+                rng=self._rng,
+            )
         )
         task = self._session.create_task(
             worker.run(self._connection, grace_s=self._route_map.shutdown_grace_s),
