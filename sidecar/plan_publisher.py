@@ -21,13 +21,12 @@ from sidecar.settlement import (
     Hold,
     Quarantine,
     after_publish,
-    after_refusal,
     internal_error,
     quarantine_copy,
     reason_only,
-    slow_confirm,
     unencodable,
 )
+from sidecar.settlement_holds import after_refusal, slow_confirm
 
 if TYPE_CHECKING:
     import asyncio

@@ -24,16 +24,13 @@ from sidecar.settlement import (
     DeadLetter,
     Done,
     Hold,
-    HoldLimits,
     Outcome,
     Quarantine,
     Target,
-    Wait,
-    after_hold,
-    blocked,
     internal_error,
     plan_delivery,
 )
+from sidecar.settlement_holds import HoldLimits, Wait, after_hold, blocked
 from sidecar.waits import first_of, sleep_unless
 
 if TYPE_CHECKING:

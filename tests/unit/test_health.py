@@ -26,12 +26,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from sidecar import service as service_module
 from sidecar.clock import Clock
 from sidecar.health import HealthBindError, HealthServer, Probe
+from sidecar.http_exchange import Reply, Request
 from sidecar.http_server import (
     RESERVED_DESCRIPTORS,
     HttpServer,
     Limits,
-    Reply,
-    Request,
     connection_budget,
     listen,
 )
