@@ -65,12 +65,24 @@ class Consumer(Protocol):
         callback: Callable[[Delivery], Coroutine[Any, Any, None]],
         *,
         consumer_tag: str,
+        on_body_size: Callable[[int], None] | None = None,
     ) -> None:
-        """Start consuming; ``callback`` runs as its own task per delivery."""
+        """Start consuming; ``callback`` runs as its own task per delivery.
+
+        ``on_body_size`` hears each delivery's body size from its content header, before
+        the body arrives; it runs in the frame handler, so it must be quick and not raise.
+        """
         ...
 
-    async def cancel(self, consumer_tag: str) -> None:
-        """Stop deliveries; return once no more can arrive (or after a bound)."""
+    async def cancel(self, consumer_tag: str) -> bool:
+        """Stop deliveries; True once no more can arrive, False if unconfirmed after a bound.
+
+        What was delivered before stays on the channel to be acked or rejected.
+        """
+        ...
+
+    async def qos(self, prefetch_count: int) -> None:
+        """Set the prefetch of consumers started after it (per consumer, not channel-wide)."""
         ...
 
     async def ack(self, delivery_tag: int) -> bool:
