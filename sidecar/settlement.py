@@ -57,7 +57,6 @@ __all__ = [
     "after_refusal",
     "blocked",
     "bounded",
-    "in_flight_window",
     "log_origin",
     "original_headers",
     "plan_delivery",
@@ -342,20 +341,6 @@ def after_hold(
         case _:
             assert_never(plan)
     return Wait(max(0.0, min(delay_s, deadline_s - held_s)))
-
-
-def in_flight_window(*, prefetch: int, budget_bytes: int, largest_bytes: int | None) -> int:
-    """Return the prefetch that keeps the route's bodies in flight within the byte budget.
-
-    RabbitMQ ignores basic.qos prefetch_size, so the count is what bounds bytes: as many
-    of the largest body seen so far as the budget holds, at least 1, at most the route's
-    prefetch. Before any delivery (``largest_bytes`` None) the route's prefetch: a window
-    applies to a channel from its start (a running consumer's prefetch cannot change on
-    every queue type), so a smaller one first would hold the route to it.
-    """
-    if largest_bytes is None:
-        return prefetch
-    return max(1, min(prefetch, budget_bytes // max(1, largest_bytes)))
 
 
 def blocked(reason: str) -> str:
