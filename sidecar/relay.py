@@ -19,7 +19,6 @@ its rate-limited log lines (``RouteLog``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 from typing import TYPE_CHECKING
@@ -27,100 +26,25 @@ from typing import TYPE_CHECKING
 from sidecar.amqp import ChannelLostError, MissingEntityError
 from sidecar.backoff import Backoff
 from sidecar.publish_lane import PublishLane
+from sidecar.route_consumer import InFlightWindow, RouteConsumer
 from sidecar.route_log import RouteLog
 from sidecar.route_state import RouteState
 from sidecar.settler import Settler
 from sidecar.waits import first_of, sleep_unless
-from sidecar.window import START_WINDOW, in_flight_window, next_window, refill
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Coroutine
-    from typing import Any
+    from collections.abc import Callable
 
     from sidecar.amqp import Consumer, RelayConnection
     from sidecar.clock import Clock
-    from sidecar.delivery import Delivery
     from sidecar.metrics import Metrics
     from sidecar.routes import Route
 
-__all__ = ["InFlightWindow", "RouteWorker"]
+__all__ = ["RouteWorker"]
 
 log = logging.getLogger(__name__)
 
 HEALTHY_CHANNEL_S = 30.0  # a channel that lived this long resets the reopen backoff
-# A re-consume's qos and consume: a broker that does not answer them in this time leaves
-# the consumer unknown, so the channel is closed (and reopened) instead.
-RECONSUME_TIMEOUT_S = 10.0
-# How long a new consumer waits for what the old one left in flight to make room for its
-# whole window; past it, it starts with what fits (deliveries held for the broker can take
-# minutes to settle, and the route would consume nothing meanwhile).
-REFILL_WAIT_S = 1.0
-
-
-class InFlightWindow:
-    """One route's consumer window and what ``sidecar.window`` decides it from.
-
-    The largest body seen is kept across the route's channels; the consumer's window, the
-    body sizes seen since it was set and whether it may still grow are per channel.
-    ``note`` runs for every content header, in the client's frame handler: it counts,
-    compares, and sets ``wanted`` when a change is due; the worker makes the change.
-    """
-
-    def __init__(self, *, prefetch: int, budget_bytes: int) -> None:
-        self._prefetch = prefetch
-        self._budget = budget_bytes
-        self.largest: int | None = None
-        self.allowed = prefetch  # in_flight_window for the largest body seen
-        self.current = START_WINDOW
-        self._seen = 0
-        self._may_grow = True
-        self.wanted = asyncio.Event()
-
-    def start(self) -> int:
-        """Return the window a new channel starts with: slow start, whatever was learned."""
-        self.current = min(START_WINDOW, self.allowed)
-        self._seen = 0
-        self._may_grow = True
-        self.wanted.clear()
-        return self.current
-
-    def note(self, size: int) -> None:
-        """Record a delivery's body size, from its content header."""
-        self._seen += 1
-        largest = self.largest
-        if largest is not None and size <= largest and not self._may_grow:
-            return  # the common case: only a larger body can change anything now
-        if largest is None or size > largest:
-            self.largest = size
-            self.allowed = in_flight_window(
-                prefetch=self._prefetch, budget_bytes=self._budget, largest_bytes=size
-            )
-        if self.target() is not None:
-            self.wanted.set()
-        elif self._seen >= self.current:
-            # A whole window seen and still no growth: none can come later either (the
-            # allowed window only shrinks), so stop asking.
-            self._may_grow = False
-
-    def target(self) -> int | None:
-        """Return the window the consumer should move to now, or None."""
-        return next_window(
-            current=self.current,
-            allowed=self.allowed,
-            prefetch=self._prefetch,
-            seen=self._seen,
-            may_grow=self._may_grow,
-        )
-
-    def applied(self, window: int, *, whole: bool) -> None:
-        """Record the new consumer's window; not ``whole``: it had to start smaller."""
-        self.current = window
-        self._seen = 0
-        # Smaller because deliveries stayed in flight past REFILL_WAIT_S (held ones): the
-        # next growth would wait for them again, so the channel keeps this window.
-        self._may_grow = self._may_grow and whole
-        if self.target() is not None:
-            self.wanted.set()
 
 
 class RouteWorker:
@@ -156,12 +80,6 @@ class RouteWorker:
             stop=self._stop,
             rng=self._backoff.rng,
         )
-        # A channel's first consumer is acemq-sidecar.<route>, each re-consume on it
-        # acemq-sidecar.<route>#<n>: unique on the channel ("#" is not in route names).
-        self._tag_base = f"acemq-sidecar.{route.name}"
-        self._consumer_tag = self._tag_base
-        self._consumers = 1  # consumers started on the current channel
-        self._deliver: Callable[[Delivery], Coroutine[Any, Any, None]] | None = None
         self._window = InFlightWindow(
             prefetch=route.prefetch, budget_bytes=route.limits.max_in_flight_bytes
         )
@@ -221,7 +139,7 @@ class RouteWorker:
 
     async def _open_unless_stopped(
         self, connection: RelayConnection
-    ) -> tuple[Consumer, PublishLane] | None:
+    ) -> tuple[RouteConsumer, PublishLane] | None:
         """Open the route's channels, or give up when a stop comes first.
 
         A broker under an alarm may never answer the opening handshake; SIGTERM must not
@@ -247,7 +165,7 @@ class RouteWorker:
             await _close_both(*opening.result())
         return None
 
-    async def _open(self, connection: RelayConnection) -> tuple[Consumer, PublishLane]:
+    async def _open(self, connection: RelayConnection) -> tuple[RouteConsumer, PublishLane]:
         route = self.route
         await connection.check_queue(route.queue)
         await connection.check_exchange(route.exchange)
@@ -256,139 +174,54 @@ class RouteWorker:
         try:
             await lane.open()
             # Slow start: the first consumer's window is small, and grows (or shrinks) by
-            # re-consuming as content headers tell the bodies' sizes (_follow_window).
-            consumer: Consumer = await connection.channel(prefetch=self._window.start())
+            # re-consuming as content headers tell the bodies' sizes (RouteConsumer.follow).
+            channel: Consumer = await connection.channel(prefetch=self._window.start())
         except BaseException:
             await lane.close()
             raise
-        settler = self._settler
-
-        async def on_delivery(delivery: Delivery) -> None:
-            await settler.settle(consumer, delivery)
-
-        settler.attach(connection, lane)
-        self._deliver = on_delivery
-        self._consumer_tag, self._consumers = self._tag_base, 1
+        consumer = RouteConsumer(
+            channel,
+            route=route.name,
+            queue=route.queue,
+            window=self._window,
+            state=self.state,
+            settle=self._settler.settle,
+        )
+        self._settler.attach(connection, lane)
         # Up before the first delivery can arrive, so a delivery's pause is not undone.
         self.state.consuming(queue=route.queue, exchange=route.exchange)
         try:
-            await consumer.consume(
-                route.queue,
-                on_delivery,
-                consumer_tag=self._consumer_tag,
-                on_body_size=self._window.note,
-            )
+            await consumer.start()
         except BaseException:
             await _close_both(consumer, lane)
             raise
         return consumer, lane
 
-    async def _consume_until_closed(self, consumer: Consumer, connection: RelayConnection) -> str:
+    async def _consume_until_closed(
+        self, consumer: RouteConsumer, connection: RelayConnection
+    ) -> str:
         """Wait until the channel or connection closes, or a stop; return what happened.
 
         Meanwhile the consumer's window follows the bodies seen; a change that fails ends
-        the channel too. A stop cancels a change half-way: ``_consumer_tag`` is the new
-        tag from before its consume is sent, so the drain's cancel covers whichever
-        consumer the broker has.
+        the channel too.
         """
         which, first = await first_of(
             consumer.wait_closed(),
             connection.wait_closed(),
             self._stop.wait(),
-            self._follow_window(consumer, connection),
+            consumer.follow(connection),
         )
         if which in (0, 3):
             return str(first.result())
         return ("connection lost", "stopping")[which - 1]
 
-    # --- the consumer's window ---
-
-    async def _follow_window(self, consumer: Consumer, connection: RelayConnection) -> str:
-        """Re-consume whenever the window should change; return why, if a change failed."""
-        window = self._window
-        while True:
-            await window.wanted.wait()
-            if connection.blocked_reason is not None:
-                # The broker reads nothing from a blocked connection: a qos or a cancel
-                # now would only time out. Deliveries keep to the current window meanwhile.
-                await connection.wait_unblocked()
-                if not connection.is_open:
-                    return "connection lost"
-                continue
-            window.wanted.clear()
-            if window.target() is None:
-                continue
-            try:
-                reason = await self._reconsume(consumer)
-            except (ChannelLostError, MissingEntityError) as e:
-                return str(e)
-            except Exception as e:
-                log.exception("route %s: unexpected error while re-consuming", self.route.name)
-                return f"unexpected error while re-consuming: {e!r}"
-            if reason is not None:
-                return reason
-
-    async def _reconsume(self, consumer: Consumer) -> str | None:
-        """Move the route to a new consumer on the same channel; return why not, if it failed.
-
-        Cancel first, and wait for the cancel-ok: after it nothing more comes for the old
-        tag, and what it delivered stays unacked on the channel, settled as any other
-        delivery (never requeued). Then qos and consume under a new tag, once what the old
-        consumer left in flight leaves room (``sidecar.window.refill``).
-        """
-        window, old, old_tag = self._window, self._window.current, self._consumer_tag
-        if not await consumer.cancel(old_tag):
-            return f"the broker did not confirm the cancel of consumer {old_tag}"
-        if consumer.consumer_cancelled:
-            return None  # the broker's own cancel: wait_closed has returned, run takes over
-        # A body larger than the target may have come before the cancel-ok.
-        new = window.target() or old
-        take = await self._room_for(old=old, new=new)
-        self._consumers += 1
-        tag = self._consumer_tag = f"{self._tag_base}#{self._consumers}"
-        assert self._deliver is not None  # noqa: S101 - set when the channel opened
-        try:
-            async with asyncio.timeout(RECONSUME_TIMEOUT_S):
-                await consumer.qos(take)
-                await consumer.consume(
-                    self.route.queue, self._deliver, consumer_tag=tag, on_body_size=window.note
-                )
-        except TimeoutError:
-            return f"the broker did not answer the re-consume within {RECONSUME_TIMEOUT_S:g}s"
-        window.applied(take, whole=take == new)
-        extra = {"route": self.route.name, "window": take, "largest_bytes": window.largest}
-        if take < old:
-            log.info(
-                "route %s: window %d -> %d for bodies of up to %s bytes",
-                self.route.name,
-                old,
-                take,
-                window.largest,
-                extra=extra,
-            )
-        else:
-            log.debug("route %s: window %d -> %d", self.route.name, old, take, extra=extra)
-        return None
-
-    async def _room_for(self, *, old: int, new: int) -> int:
-        """Return the window the new consumer may start with, waiting for room if need be."""
-        state, window = self.state, self._window
-
-        def room() -> int:
-            return refill(old=old, new=new, allowed=window.allowed, in_flight=state.in_flight)
-
-        # In flight counts every delivery handed over before the cancel-ok: each one's
-        # task starts (and counts itself) before the cancel's waiter resumes.
-        if room() < new:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(REFILL_WAIT_S):
-                    await state.wait_in_flight_at_most(max(old, window.allowed) - new)
-        while room() == 0:  # every slot held: as the old consumer would, take nothing yet
-            await state.wait_in_flight_at_most(max(old, window.allowed) - 1)
-        return room()
-
     async def _drain(
-        self, consumer: Consumer, lane: PublishLane, connection: RelayConnection, *, grace_s: float
+        self,
+        consumer: RouteConsumer,
+        lane: PublishLane,
+        connection: RelayConnection,
+        *,
+        grace_s: float,
     ) -> None:
         """Stop deliveries, settle in-flight work within the grace period, close.
 
@@ -400,7 +233,7 @@ class RouteWorker:
         deadline = asyncio.get_running_loop().time() + grace_s
         is_blocked = connection.blocked_reason is not None
         if not is_blocked:
-            await consumer.cancel(self._consumer_tag)
+            await consumer.cancel()
         extra = {"route": self.route.name, "in_flight": state.in_flight}
         log.info(
             "route %s draining %d in-flight messages", self.route.name, state.in_flight, extra=extra
@@ -421,6 +254,6 @@ class RouteWorker:
             await _close_both(consumer, lane)
 
 
-async def _close_both(consumer: Consumer, lane: PublishLane) -> None:
+async def _close_both(consumer: RouteConsumer, lane: PublishLane) -> None:
     await consumer.close()
     await lane.close()

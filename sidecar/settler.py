@@ -10,7 +10,7 @@ the broker confirmed its normalised copy, or its quarantine copy.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, assert_never
+from typing import TYPE_CHECKING, Protocol, assert_never
 
 from sidecar.amqp import ChannelClosedError, ChannelLostError, MissingEntityError
 from sidecar.backoff import Backoff
@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     import random
     from collections.abc import Callable
 
-    from sidecar.amqp import Consumer, Publisher, RelayConnection
+    from sidecar.amqp import Publisher, RelayConnection
     from sidecar.clock import Clock
     from sidecar.contract import PropertyValue
     from sidecar.delivery import Delivery, PublishOutcome
@@ -60,11 +60,32 @@ if TYPE_CHECKING:
     from sidecar.settlement import Decision, Plan
     from sidecar.wire import FieldValue
 
-__all__ = ["CONFIRM_TIMEOUT_S", "Settler"]
+__all__ = ["CONFIRM_TIMEOUT_S", "AckChannel", "Settler"]
 
 log = logging.getLogger("sidecar.relay")  # the relay's lines, whichever module writes them
 
 CONFIRM_TIMEOUT_S = 30.0  # after this a publish without a confirm is reported, not resent
+
+
+class AckChannel(Protocol):
+    """What the settler needs of the channel a delivery came on: any ``Consumer`` has it."""
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the channel can still ack."""
+        ...
+
+    async def ack(self, delivery_tag: int) -> bool:
+        """Ack one delivery; False when the channel is gone (the broker redelivers it)."""
+        ...
+
+    async def reject(self, delivery_tag: int, *, requeue: bool) -> bool:
+        """Reject one delivery (``basic.reject``); False when the channel is gone."""
+        ...
+
+    async def close(self) -> None:
+        """Close the channel; what is unacked goes back to its queue."""
+        ...
 
 
 class _Retries:
@@ -135,7 +156,7 @@ class Settler:
         self._lane = lane
         self._connection = connection
 
-    async def settle(self, consumer: Consumer, delivery: Delivery) -> None:
+    async def settle(self, consumer: AckChannel, delivery: Delivery) -> None:
         """Settle one delivery: publish what the plan says until the broker takes it, then ack.
 
         The plan is made once. When the broker will not take a copy for now (``Hold``), the
@@ -196,7 +217,7 @@ class Settler:
 
     async def _carry_out(
         self,
-        consumer: Consumer,
+        consumer: AckChannel,
         lane: PublishLane,
         delivery: Delivery,
         held: HeldDelivery,
@@ -242,7 +263,7 @@ class Settler:
         return Wait(0.0)
 
     async def _hold(
-        self, consumer: Consumer, hold: Hold, plan: Plan, retries: _Retries, *, started: float
+        self, consumer: AckChannel, hold: Hold, plan: Plan, retries: _Retries, *, started: float
     ) -> Wait | Quarantine | DeadLetter | None:
         """Wait before the plan is published again, or say where the delivery goes instead.
 
@@ -404,7 +425,7 @@ class Settler:
             content_header=content_header,
         )
 
-    async def _dead_letter(self, consumer: Consumer, delivery: Delivery, reason: str) -> None:
+    async def _dead_letter(self, consumer: AckChannel, delivery: Delivery, reason: str) -> None:
         """Reject a delivery nothing takes (requeue=false): the broker dead-letters it.
 
         Logged at error with the reason and counted, never silent. A channel already gone

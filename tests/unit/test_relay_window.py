@@ -2,9 +2,11 @@
 
 The fake keeps what RabbitMQ keeps and the re-consume relies on: a per-consumer prefetch
 taken at ``basic.consume`` from the channel's last ``basic.qos``, delivery tags per channel,
-and the deliveries of a cancelled consumer unacked on the channel until acked (a close
-requeues them). Its operations can be held half-way (``gates``), so a stop can land at
-every point of a re-consume. The real broker's side of it is in tests/integration.
+the deliveries of a cancelled consumer unacked on the channel until acked (a close
+requeues them), and, as a quorum queue does, a delivery that was on its way when its
+consumer was cancelled goes back to the queue (``returned``: a delivery attempt spent).
+Its operations can be held half-way (``gates``), so a stop can land at every point of a
+re-consume. The real broker's side of it is in tests/integration.
 """
 
 from __future__ import annotations
@@ -57,8 +59,12 @@ class FakeBroker:
     from_nth: dict[str, int] = field(default_factory=dict)
     acked: int = 0
     requeued: int = 0
+    returned: int = 0  # sent to a consumer cancelled before they arrived
+    delivered: int = 0
     confirm_cancel: bool = True
     confirm_after_s: float = 0.0  # how long each publish waits for its confirm
+    transit_s: float = 0.0005  # from the queue to the channel, give or take a half
+    rng: random.Random = field(default_factory=lambda: random.Random(5))
     peak_in_flight: int = 0
     peak_bytes: int = 0
     peak_consumers: int = 0
@@ -93,6 +99,10 @@ class FakeBroker:
         for channel in self.channels:
             if channel.is_open:
                 channel.dispatch()
+        self.note_peaks()
+
+    def note_peaks(self) -> None:
+        """Keep the most deliveries, bytes and consumers seen at once."""
         in_flight = [size for c in self.channels if c.is_open for _, size in c.unacked.values()]
         self.peak_in_flight = max(self.peak_in_flight, len(in_flight))
         self.peak_bytes = max(self.peak_bytes, sum(in_flight))
@@ -113,6 +123,7 @@ class FakeChannel:
     reason: str = "channel closed"
     tags: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     calls: list[tuple[str, object]] = field(default_factory=list)
+    transit: dict[str, int] = field(default_factory=dict)  # consumer -> sent, not arrived
     live_at_close: int | None = None
     consuming: bool = False
 
@@ -161,22 +172,47 @@ class FakeChannel:
         return True
 
     def dispatch(self) -> None:
-        """Deliver to each consumer while it has room under its own prefetch."""
+        """Send to each consumer while it has credit: its prefetch less what it holds."""
+        loop = asyncio.get_running_loop()
         for tag, consumer in self.consumers.items():
-            while self.broker.ready and (
-                sum(1 for owner, _ in self.unacked.values() if owner == tag) < consumer.prefetch
-            ):
+            while self.broker.ready and self.holds(tag) < consumer.prefetch:
+                self.transit[tag] = self.transit.get(tag, 0) + 1
                 size = self.broker.ready.popleft()
-                delivery_tag = next(self.tags)
-                self.unacked[delivery_tag] = (tag, size)
-                if consumer.on_body_size is not None:
-                    consumer.on_body_size(size)
-                message = next(self.broker.ids)
-                task = asyncio.get_running_loop().create_task(
-                    consumer.callback(delivery(delivery_tag, message, size))
-                )
-                TASKS.add(task)
-                task.add_done_callback(TASKS.discard)
+                transit_s = self.broker.transit_s * (0.5 + self.broker.rng.random())
+                loop.call_later(transit_s, self.arrive, tag, size)
+
+    def holds(self, tag: str) -> int:
+        """What a consumer uses of its credit: deliveries on their way, and unacked."""
+        unacked = sum(1 for owner, _ in self.unacked.values() if owner == tag)
+        return unacked + self.transit.get(tag, 0)
+
+    def arrive(self, tag: str, size: int) -> None:
+        """A delivery reaches the channel ``transit_s`` after the queue sent it.
+
+        For a tag cancelled meanwhile it goes back to the queue, as a quorum queue's
+        channel returns it (a delivery attempt spent); on a closed channel, requeued.
+        """
+        self.transit[tag] -= 1
+        consumer = self.consumers.get(tag)
+        if consumer is None or not self.is_open:
+            self.broker.ready.appendleft(size)
+            if self.is_open:
+                self.broker.returned += 1
+            else:
+                self.broker.requeued += 1
+            return
+        delivery_tag = next(self.tags)
+        self.unacked[delivery_tag] = (tag, size)
+        self.broker.delivered += 1
+        self.broker.note_peaks()
+        if consumer.on_body_size is not None:
+            consumer.on_body_size(size)
+        message = next(self.broker.ids)
+        task = asyncio.get_running_loop().create_task(
+            consumer.callback(delivery(delivery_tag, message, size))
+        )
+        TASKS.add(task)
+        task.add_done_callback(TASKS.discard)
 
     async def publish(
         self,
@@ -347,7 +383,7 @@ def test_the_fakes_are_what_the_relay_types_against() -> None:
 
 async def test_small_messages_grow_the_window_from_one_to_the_prefetch() -> None:
     """Slow start: 1, 4, 16, 64, 256, 512; one consumer at a time, none requeued."""
-    broker = FakeBroker(deque([KIB] * 2000))
+    broker = FakeBroker(deque([KIB] * 2000), confirm_after_s=0.002)  # slower than the broker
     connection = FakeConnection(broker)
     await drain(worker(prefetch=512), broker, connection)
     qos = [n for op, n in broker.calls if op in ("open", "qos")]
@@ -358,6 +394,7 @@ async def test_small_messages_grow_the_window_from_one_to_the_prefetch() -> None
     assert broker.peak_consumers == 1
     assert broker.peak_in_flight <= 512
     assert broker.requeued == 0
+    assert broker.returned == 0
     assert broker.live_consumers() == 0
 
 
@@ -382,6 +419,18 @@ async def test_a_larger_body_shrinks_the_window_and_the_overshoot_is_the_old_win
     assert broker.peak_in_flight <= 16
     assert broker.peak_consumers == 1
     assert broker.requeued == 0
+    assert broker.returned == 0
+
+
+async def test_a_consumer_is_cancelled_only_with_nothing_on_its_way() -> None:
+    """Deliveries reach a fast route 2 ms after they leave: none may meet a cancelled tag."""
+    budget = 256 * KIB
+    broker = FakeBroker(deque(([KIB] * 40 + [64 * KIB] * 10) * 6), transit_s=0.002)
+    connection = FakeConnection(broker)
+    await drain(worker(prefetch=16, budget_bytes=budget), broker, connection)
+    assert broker.returned == 0
+    assert broker.requeued == 0
+    assert broker.peak_in_flight <= 16
 
 
 async def test_in_flight_never_exceeds_the_larger_window_during_a_change() -> None:
@@ -391,6 +440,7 @@ async def test_in_flight_never_exceeds_the_larger_window_during_a_change() -> No
     await drain(worker(prefetch=8), broker, connection)
     assert [n for op, n in broker.calls if op in ("open", "qos")] == [1, 4, 8]
     assert broker.peak_in_flight <= 8
+    assert broker.returned == 0
 
 
 # Where a stop can land in a re-consume: (operation, its nth time on the consumer channel).
@@ -419,6 +469,23 @@ async def test_a_stop_in_the_middle_of_a_re_consume_leaves_no_consumer(step: str
     assert channel.calls[-1][0] == "cancel", channel.calls
     assert broker.peak_consumers == 1
     assert broker.live_consumers() == 0
+
+
+async def test_a_stop_while_acks_wait_for_the_window_to_fill_lets_them_go() -> None:
+    """Four messages, a shrink wanted at the fourth: the window cannot fill, the stop acks all."""
+    broker = FakeBroker(deque([KIB, KIB, KIB, 64 * KIB]), confirm_after_s=0.2)
+    connection = FakeConnection(broker)
+    route = worker(prefetch=512, budget_bytes=128 * KIB)  # two of 64 KiB: shrink from 4
+    running = asyncio.create_task(route.run(connection, grace_s=3), name="worker")
+    await until(lambda: broker.delivered == 4)
+    await asyncio.sleep(0.05)  # acks wait for a fourth to fill the window of four
+    started = asyncio.get_running_loop().time()
+    route.request_stop()
+    async with asyncio.timeout(BOUND_S):
+        await running
+    assert broker.acked == 4
+    assert broker.requeued == 0
+    assert asyncio.get_running_loop().time() - started < 1  # not the grace period
 
 
 async def test_a_cancel_the_broker_does_not_confirm_closes_the_channel_and_reopens() -> None:

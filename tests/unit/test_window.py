@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sidecar.relay import InFlightWindow
+from sidecar.route_consumer import InFlightWindow
 from sidecar.window import START_WINDOW, in_flight_window, next_window, refill
 
 MIB = 2**20
