@@ -2,8 +2,11 @@
 
 Issue 17.4: 200 messages of 5 MiB at the default prefetch 512 peaked at 2,048 MiB (the
 broker sends a whole prefetch window at once; RabbitMQ ignores basic.qos prefetch_size).
-The sidecar's window (``sidecar.settlement.in_flight_window``) keeps the bodies in flight
+The route's window starts at one and follows the bodies it sees (``sidecar.window``,
+changed by re-consuming: ``sidecar.route_consumer``), so the bodies in flight keep
 within the budget; this reads the process's peak RSS (``VmHWM`` in /proc) after a drain.
+A window that grew on small messages and then meets large ones can hold, once, up to the
+old window of the large size before it shrinks: the second test measures that bound.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from tests.e2e.conftest import (
     declare_flow,
     declare_quarantine,
     make_ids,
+    publish_ids,
     take_until,
 )
 from tests.support import Broker
@@ -42,13 +46,6 @@ def peak_rss_mib(pid: int) -> float:
     raise AssertionError(f"no VmHWM in /proc/{pid}/status")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a window the byte budget learns reaches only the route's next channel: the client"
-    " cannot change a running consumer's prefetch on every queue type (a per-consumer"
-    " basic.qos applies to later consumers, a channel-wide one closes the connection on a"
-    " quorum queue); applying it at once needs a re-consume (docs/decisions/0001, open item 5)",
-)
 async def test_large_messages_stay_within_the_byte_budget(broker: Broker, sidecar: Sidecar) -> None:
     """40 x 5 MiB at prefetch 512 and a 16 MiB budget: peak RSS under 2 x budget + 100 MiB."""
     flow = await declare_flow(broker, "big")
@@ -68,3 +65,40 @@ async def test_large_messages_stay_within_the_byte_budget(broker: Broker, sideca
     print(f"\nmemory budget: peak RSS {peak:.0f} MiB for {MESSAGES} x 5 MiB, bound {BOUND_MIB:.0f}")  # noqa: T201
     assert sorted(set(relayed)) == ids
     assert peak < BOUND_MIB, f"peak RSS {peak:.0f} MiB, bound {BOUND_MIB:.0f} MiB"
+
+
+SMALL = 2000
+SHRINK_PREFETCH = 16
+SHRINK_LARGE = 20
+# The old window of the new size, each held about twice, and the sidecar itself.
+SHRINK_BOUND_MIB = 2 * SHRINK_PREFETCH * BODY / MIB + OVERHEAD_MIB
+
+
+async def test_a_window_grown_on_small_messages_shrinks_for_large_ones(
+    broker: Broker, sidecar: Sidecar
+) -> None:
+    """2000 x 1 KiB then 20 x 5 MiB, prefetch 16, 16 MiB: 16 -> 2, at most 16 x 5 MiB once."""
+    flow = await declare_flow(broker, "shrink")
+    quarantine, _ = await declare_quarantine(broker)
+    small, large = make_ids("small", SMALL), make_ids("large", SHRINK_LARGE)
+    await publish_ids(broker, flow.staging, small)
+    for id_ in large:
+        await broker.publish(
+            flow.staging, headers={ID_HEADER: id_}, message_id=id_, body=b"x" * BODY
+        )
+    route_map = sidecar.route_map(quarantine=quarantine, flows=[flow], prefetch=SHRINK_PREFETCH)
+    route_map["broker"]["max_in_flight_bytes"] = BUDGET
+    sidecar.write(route_map)
+    await sidecar.start()
+    relayed = await take_until(
+        broker, flow.target, small + large, timeout_s=120, context=sidecar.output
+    )
+    assert sidecar.process is not None
+    peak = peak_rss_mib(sidecar.process.pid)
+    print(  # noqa: T201
+        f"\nwindow shrink: peak RSS {peak:.0f} MiB for {SMALL} x 1 KiB then"
+        f" {SHRINK_LARGE} x 5 MiB at prefetch {SHRINK_PREFETCH}, bound {SHRINK_BOUND_MIB:.0f}"
+    )
+    assert sorted(set(relayed)) == sorted(small + large)
+    assert f"window {SHRINK_PREFETCH} -> 2 for bodies of up to {BODY} bytes" in sidecar.stderr()
+    assert peak < SHRINK_BOUND_MIB, f"peak RSS {peak:.0f} MiB, bound {SHRINK_BOUND_MIB:.0f} MiB"
