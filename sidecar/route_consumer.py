@@ -168,14 +168,18 @@ class RouteConsumer:
 
     async def ack(self, delivery_tag: int) -> bool:
         """Ack one delivery (once no cancel waits); False when the channel is gone."""
-        await self._acks.wait()
-        self._settled(delivery_tag)
+        if not self._acks.is_set():  # the common case costs no coroutine
+            await self._acks.wait()
+        if delivery_tag >= self._since:
+            self._holding -= 1
         return await self._channel.ack(delivery_tag)
 
     async def reject(self, delivery_tag: int, *, requeue: bool) -> bool:
         """Reject one delivery (once no cancel waits); False when the channel is gone."""
-        await self._acks.wait()
-        self._settled(delivery_tag)
+        if not self._acks.is_set():
+            await self._acks.wait()
+        if delivery_tag >= self._since:
+            self._holding -= 1
         return await self._channel.reject(delivery_tag, requeue=requeue)
 
     async def close(self) -> None:
@@ -210,10 +214,6 @@ class RouteConsumer:
             if full is not None and self._holding >= self._full_at and not full.done():
                 full.set_result(None)
         await self._settle(self, delivery)
-
-    def _settled(self, delivery_tag: int) -> None:
-        if delivery_tag >= self._since:
-            self._holding -= 1
 
     # --- changing the window ---
 
