@@ -10,7 +10,7 @@ type, so a new window is a new consumer on the same channel, in this order:
    or two). This matters on a quorum queue: its channel returns to the queue, spending a
    delivery attempt of ``x-delivery-limit``, every delivery that reaches it for a
    consumer tag already cancelled (seen on RabbitMQ 3.10 with deliveries in transit at
-   the cancel: 4 to 6 of 80 dead-lettered at a limit of 0). A classic queue hands over
+   the cancel: 4 and 6 of 480 dead-lettered at a limit of 0). A classic queue hands over
    what it sent before the cancel-ok either way.
 2. ``basic.cancel`` and its cancel-ok: after it nothing comes for the old tag; what it
    delivered stays unacked on the channel and is settled as any delivery (never requeued).

@@ -12,12 +12,13 @@ are its decisions:
   burst of large messages is one message, not a prefetch of them.
 - Growth (:func:`next_window`): once a whole window of body sizes has been seen, times
   :data:`GROWTH`, but only to a window that fits the budget and is at least twice the
-  current one, or is the route's prefetch.
+  current one, or is the route's prefetch (the relay grows a consumer only once it is
+  at least half full: a window that is not the bottleneck need not grow).
 - Shrink: at once, when a larger body makes the current window hold more than the
   budget, to the largest power of two within the allowed window. Since the largest body
-  only grows, the allowed window only shrinks, and a shrunk window is never more than
-  half of what growth would need: a route changes its window at most about
-  log4(prefetch) + log2(prefetch) times per channel, never once per message.
+  only grows, the allowed window only shrinks, and a shrunk window is more than half the
+  allowed one, so growth cannot undo it: a route changes its window at most about
+  log8(prefetch) + log2(prefetch) times per channel, never once per message.
 - The change itself (:func:`refill`): the new consumer starts only once what the old one
   left in flight and the new window together fit in the larger of the old and the
   allowed window, so a change never holds more than either side of it.
@@ -36,7 +37,7 @@ from typing import Final
 __all__ = ["GROWTH", "START_WINDOW", "in_flight_window", "next_window", "refill"]
 
 START_WINDOW: Final = 1  # a channel's first window: nothing is known of its bodies yet
-GROWTH: Final = 4  # how much a window grows in one step (1, 4, 16, 64, 256, 512)
+GROWTH: Final = 8  # how much a window grows in one step (1, 8, 64, 512)
 
 
 def in_flight_window(*, prefetch: int, budget_bytes: int, largest_bytes: int | None) -> int:

@@ -382,15 +382,15 @@ def test_the_fakes_are_what_the_relay_types_against() -> None:
 
 
 async def test_small_messages_grow_the_window_from_one_to_the_prefetch() -> None:
-    """Slow start: 1, 4, 16, 64, 256, 512; one consumer at a time, none requeued."""
+    """Slow start: 1, 8, 64, 512; one consumer at a time, none requeued."""
     broker = FakeBroker(deque([KIB] * 2000), confirm_after_s=0.002)  # slower than the broker
     connection = FakeConnection(broker)
     await drain(worker(prefetch=512), broker, connection)
     qos = [n for op, n in broker.calls if op in ("open", "qos")]
-    assert qos == [1, 4, 16, 64, 256, 512]
+    assert qos == [1, 8, 64, 512]
     tags = [tag for op, tag in broker.calls if op == "consume"]
     assert tags[0] == "acemq-sidecar.orders"
-    assert tags[1:] == [f"acemq-sidecar.orders#{n}" for n in range(2, 7)]
+    assert tags[1:] == [f"acemq-sidecar.orders#{n}" for n in range(2, 5)]
     assert broker.peak_consumers == 1
     assert broker.peak_in_flight <= 512
     assert broker.requeued == 0
@@ -415,7 +415,7 @@ async def test_a_larger_body_shrinks_the_window_and_the_overshoot_is_the_old_win
     assert overshoot <= 16 * 64 * KIB  # the old window of the new size
     assert broker.peak_bytes <= budget  # once the old window's deliveries were settled
     qos = [n for op, n in broker.calls if op in ("open", "qos")]
-    assert qos == [1, 4, 16, 4]
+    assert qos == [1, 8, 16, 4]
     assert broker.peak_in_flight <= 16
     assert broker.peak_consumers == 1
     assert broker.requeued == 0
@@ -438,7 +438,7 @@ async def test_in_flight_never_exceeds_the_larger_window_during_a_change() -> No
     broker = FakeBroker(deque([KIB] * 600), confirm_after_s=0.002)
     connection = FakeConnection(broker)
     await drain(worker(prefetch=8), broker, connection)
-    assert [n for op, n in broker.calls if op in ("open", "qos")] == [1, 4, 8]
+    assert [n for op, n in broker.calls if op in ("open", "qos")] == [1, 8]
     assert broker.peak_in_flight <= 8
     assert broker.returned == 0
 
@@ -472,18 +472,18 @@ async def test_a_stop_in_the_middle_of_a_re_consume_leaves_no_consumer(step: str
 
 
 async def test_a_stop_while_acks_wait_for_the_window_to_fill_lets_them_go() -> None:
-    """Four messages, a shrink wanted at the fourth: the window cannot fill, the stop acks all."""
-    broker = FakeBroker(deque([KIB, KIB, KIB, 64 * KIB]), confirm_after_s=0.2)
+    """Seven messages, a shrink wanted at the last: the window cannot fill, the stop acks all."""
+    broker = FakeBroker(deque([KIB] * 6 + [64 * KIB]), confirm_after_s=0.2)
     connection = FakeConnection(broker)
-    route = worker(prefetch=512, budget_bytes=128 * KIB)  # two of 64 KiB: shrink from 4
+    route = worker(prefetch=512, budget_bytes=128 * KIB)  # two of 64 KiB: shrink from 8
     running = asyncio.create_task(route.run(connection, grace_s=3), name="worker")
-    await until(lambda: broker.delivered == 4)
-    await asyncio.sleep(0.05)  # acks wait for a fourth to fill the window of four
+    await until(lambda: broker.delivered == 7)
+    await asyncio.sleep(0.05)  # six held, more than half: acks wait for eight, never come
     started = asyncio.get_running_loop().time()
     route.request_stop()
     async with asyncio.timeout(BOUND_S):
         await running
-    assert broker.acked == 4
+    assert broker.acked == 7
     assert broker.requeued == 0
     assert asyncio.get_running_loop().time() - started < 1  # not the grace period
 
@@ -544,4 +544,4 @@ async def test_no_re_consume_while_the_broker_blocks_the_connection() -> None:
     route.request_stop()
     async with asyncio.timeout(BOUND_S):
         await running
-    assert ("qos", 4) in broker.calls
+    assert ("qos", 8) in broker.calls

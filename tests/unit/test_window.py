@@ -49,20 +49,22 @@ def test_the_allowed_window_is_within_one_and_prefetch_and_the_budget(
 
 NEXT = [
     # (current, allowed, prefetch, seen, may_grow) -> next window
-    # Slow start: times four once a whole window of sizes was seen.
+    # Slow start: times eight once a whole window of sizes was seen.
     (1, 512, 512, 0, True, None),
-    (1, 512, 512, 1, True, 4),
-    (4, 512, 512, 3, True, None),
-    (4, 512, 512, 4, True, 16),
-    (64, 512, 512, 64, True, 256),
-    # The last step is the route's prefetch, though it is less than times four.
-    (256, 512, 512, 256, True, 512),
+    (1, 512, 512, 1, True, 8),
+    (8, 512, 512, 7, True, None),
+    (8, 512, 512, 8, True, 64),
+    (64, 512, 512, 64, True, 512),
+    # The last step is the route's prefetch, though it is less than times eight.
+    (8, 100, 100, 8, True, 64),
     (64, 100, 100, 64, True, 100),
+    (256, 512, 512, 256, True, 512),
     (512, 512, 512, 10_000, True, None),
     # Bounded by the budget: to what it allows, if that is at least twice the window.
     (1, 3, 512, 1, True, 3),
     (4, 12, 512, 4, True, 12),
-    (256, 504, 512, 256, True, None),  # 504 < 2 x 256: not worth a re-consume
+    (8, 12, 512, 8, True, None),  # 12 < 2 x 8: not worth a re-consume
+    (256, 504, 512, 256, True, None),
     (12, 12, 512, 50, True, None),
     # A larger body: shrink at once, whatever was seen, to a power of two within it.
     (512, 12, 512, 0, True, 8),
@@ -82,7 +84,7 @@ NEXT = [
 def test_the_window_grows_by_steps_and_shrinks_at_once(
     *, current: int, allowed: int, prefetch: int, seen: int, may_grow: bool, expected: int | None
 ) -> None:
-    """Times four after a whole window of sizes, to a shrink at the first larger body."""
+    """Times eight after a whole window of sizes, to a shrink at the first larger body."""
     got = next_window(
         current=current, allowed=allowed, prefetch=prefetch, seen=seen, may_grow=may_grow
     )
@@ -117,7 +119,7 @@ def test_a_new_window_is_within_the_allowed_one_and_at_least_one(
 def test_a_channel_changes_its_window_a_bounded_number_of_times(
     prefetch: int, budget: int, sizes: list[int]
 ) -> None:
-    """Whatever the sizes: at most log4 + log2 of prefetch changes, each within the budget."""
+    """Whatever the sizes: at most log8 + log2 of prefetch changes, each within the budget."""
     window = InFlightWindow(prefetch=prefetch, budget_bytes=budget)
     window.start()
     changes = 0
@@ -177,14 +179,14 @@ def test_a_routes_window_starts_small_grows_and_shrinks_for_a_larger_body() -> N
     assert window.start() == START_WINDOW
     window.note(1024)
     assert window.wanted.is_set()
-    assert window.target() == 4
-    window.applied(4, whole=True)
-    for _ in range(3):
+    assert window.target() == 8
+    window.applied(8, whole=True)
+    for _ in range(7):
         window.note(1024)
-    assert window.target() is None  # three of four sizes seen
+    assert window.target() is None  # seven of eight sizes seen
     window.note(512)
-    assert window.target() == 16
-    window.applied(16, whole=True)
+    assert window.target() == 64
+    window.applied(64, whole=True)
     window.note(5 * MIB)  # at once: 12 of these fit 64 MiB
     assert window.target() == 8
     window.applied(8, whole=True)
@@ -193,11 +195,11 @@ def test_a_routes_window_starts_small_grows_and_shrinks_for_a_larger_body() -> N
     assert window.target() is None  # 12 < 2 x 8: no growth back
     assert window.start() == START_WINDOW
     window.note(1024)
-    assert window.target() == 4
-    window.applied(4, whole=True)
-    for _ in range(4):
+    assert window.target() == 8  # the largest body seen on the last channel still counts
+    window.applied(8, whole=True)
+    for _ in range(8):
         window.note(1024)
-    assert window.target() == 12  # the largest body seen on the last channel still counts
+    assert window.target() is None
 
 
 def test_a_window_that_had_to_start_smaller_stops_growing_on_its_channel() -> None:
@@ -205,10 +207,10 @@ def test_a_window_that_had_to_start_smaller_stops_growing_on_its_channel() -> No
     window = InFlightWindow(prefetch=512, budget_bytes=BUDGET)
     window.start()
     window.note(1024)
-    window.applied(4, whole=True)
-    for _ in range(4):
+    window.applied(8, whole=True)
+    for _ in range(8):
         window.note(1024)
-    window.applied(14, whole=False)
+    window.applied(60, whole=False)
     for _ in range(100):
         window.note(1024)
     assert window.target() is None
@@ -216,4 +218,4 @@ def test_a_window_that_had_to_start_smaller_stops_growing_on_its_channel() -> No
     assert window.target() == 8  # shrinking still applies
     window.start()
     window.note(1024)
-    assert window.target() == 4  # a new channel grows again
+    assert window.target() == 8  # a new channel grows again
