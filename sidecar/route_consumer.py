@@ -7,11 +7,12 @@ type, so a new window is a new consumer on the same channel, in this order:
 
 1. Hold acks until the consumer holds its whole window, unsettled: then the broker has
    nothing on its way to it (no credit left); acks wait until step 2 ends (a round trip
-   or two). This matters on a quorum queue: its channel returns to the queue, spending a
-   delivery attempt of ``x-delivery-limit``, every delivery that reaches it for a
-   consumer tag already cancelled (seen on RabbitMQ 3.10 with deliveries in transit at
-   the cancel: 4 and 6 of 480 dead-lettered at a limit of 0). A classic queue hands over
-   what it sent before the cancel-ok either way.
+   or two; longer while a window of large bodies is still on its way). This matters on
+   a quorum queue: its channel returns to the queue, spending a delivery attempt of
+   ``x-delivery-limit``, every delivery that reaches it for a consumer tag already
+   cancelled (seen on RabbitMQ 3.10 with deliveries in transit at the cancel: 4 and 6 of
+   480 dead-lettered at a limit of 0). A classic queue hands over what it sent before
+   the cancel-ok either way.
 2. ``basic.cancel`` and its cancel-ok: after it nothing comes for the old tag; what it
    delivered stays unacked on the channel and is settled as any delivery (never requeued).
 3. Wait until what the old consumer left in flight leaves room (``sidecar.window.refill``).
@@ -50,9 +51,9 @@ log = logging.getLogger("sidecar.relay")  # the relay's lines, whichever module 
 # A re-consume's cancel, qos and consume: a broker that does not answer them in this time
 # leaves the consumer unknown, so the channel is closed (and reopened) instead.
 RECONSUME_TIMEOUT_S = 10.0
-# How long acks wait for a consumer to fill its window before a cancel: with a backlog the
-# broker fills it within a round trip or two.
-FILL_WAIT_S = 0.5
+# While acks wait for a consumer to fill its window before a cancel: with no delivery for
+# this long there is no backlog to fill it (with one, the broker sends within a round trip).
+FILL_IDLE_S = 0.5
 # How long a new consumer waits for what the old one left in flight to make room for its
 # whole window; past it, it starts with what fits (deliveries held for the broker can take
 # minutes to settle, and the route would consume nothing meanwhile).
@@ -154,8 +155,8 @@ class RouteConsumer:
         self._since = 0  # the current consumer's first delivery tag (tags are per channel)
         self._last_tag = 0
         self._holding = 0  # the current consumer's deliveries not acked or rejected yet
-        self._full_at = 0
-        self._full: asyncio.Future[None] | None = None
+        self._arrival: asyncio.Future[None] | None = None  # the next one's, while awaited
+        self._gate_at: int | None = None  # hold acks once the consumer holds this many
         self._acks = asyncio.Event()  # cleared while a cancel waits for its cancel-ok
         self._acks.set()
 
@@ -210,9 +211,12 @@ class RouteConsumer:
         self._last_tag = max(self._last_tag, tag)
         if tag >= self._since:
             self._holding += 1
-            full = self._full
-            if full is not None and self._holding >= self._full_at and not full.done():
-                full.set_result(None)
+            if self._gate_at is not None and self._holding >= self._gate_at:
+                self._acks.clear()
+                self._gate_at = None
+            arrival, self._arrival = self._arrival, None
+            if arrival is not None and not arrival.done():
+                arrival.set_result(None)
         await self._settle(self, delivery)
 
     # --- changing the window ---
@@ -302,33 +306,38 @@ class RouteConsumer:
         the broker credit to send another delivery, which could be on its way at the
         cancel. The consumer need not fill by itself (a quorum queue applies acks a little
         later than they are made), so acks wait while it fills, once it is half full (the
-        sign of a backlog). False, acks let go, if it does not fill within
-        ``FILL_WAIT_S``; with no backlog nothing needs a new window yet (a consumer that is
-        not full takes what comes, at most its window, whatever it is).
+        sign of a backlog), for as long as deliveries keep coming. False, acks let go,
+        when none came for ``FILL_IDLE_S``: no backlog, and nothing needs a new window yet
+        (a consumer that is not full takes what comes, at most its window, whatever it is).
         """
-        await self._holding_at_least(max(1, window // 2))
-        self._acks.clear()
         try:
-            async with asyncio.timeout(FILL_WAIT_S):
-                await self._holding_at_least(window)
+            if self._holding >= max(1, window // 2):
+                self._acks.clear()
+            else:
+                # _deliver closes the gate as the delivery that makes it half full comes:
+                # waiting to see it here could let a quick ack through first.
+                self._gate_at = max(1, window // 2)
+                while self._acks.is_set():
+                    await self._next_delivery()
+            while self._holding < window:
+                async with asyncio.timeout(FILL_IDLE_S):
+                    await self._next_delivery()
         except TimeoutError:
             self._acks.set()
             return False
         except BaseException:
             self._acks.set()
             raise
+        finally:
+            self._gate_at = None
         return True
 
-    async def _holding_at_least(self, count: int) -> None:
-        """Return once the current consumer holds ``count`` deliveries unsettled."""
-        if self._holding >= count:
-            return
-        self._full_at = count
-        self._full = full = asyncio.get_running_loop().create_future()
-        try:
-            await full
-        finally:
-            self._full = None
+    async def _next_delivery(self) -> None:
+        """Return once the current consumer's next delivery is counted."""
+        arrival = self._arrival
+        if arrival is None or arrival.done():  # done: given up on by a timeout
+            self._arrival = arrival = asyncio.get_running_loop().create_future()
+        await arrival
 
     async def _room_for(self, *, old: int, new: int) -> int:
         """Return the window the new consumer may start with, waiting for room if need be."""

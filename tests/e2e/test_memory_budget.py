@@ -11,6 +11,7 @@ old window of the large size before it shrinks: the second test measures that bo
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -70,14 +71,21 @@ async def test_large_messages_stay_within_the_byte_budget(broker: Broker, sideca
 SMALL = 2000
 SHRINK_PREFETCH = 16
 SHRINK_LARGE = 20
-# The old window of the new size, each held about twice, and the sidecar itself.
-SHRINK_BOUND_MIB = 2 * SHRINK_PREFETCH * BODY / MIB + OVERHEAD_MIB
 
 
-async def test_a_window_grown_on_small_messages_shrinks_for_large_ones(
+async def test_a_window_grown_on_small_messages_overshoots_at_most_once_for_large_ones(
     broker: Broker, sidecar: Sidecar
 ) -> None:
-    """2000 x 1 KiB then 20 x 5 MiB, prefetch 16, 16 MiB: 16 -> 2, at most 16 x 5 MiB once."""
+    """2000 x 1 KiB then 20 x 5 MiB, prefetch 16, 16 MiB: at most the old window x 5 MiB.
+
+    The window the small ones grew takes what the broker sent before the first large
+    header (at most that window of 5 MiB bodies); once it is at least half full it
+    shrinks to two. A route that drains the large ones as fast as they come never fills
+    it, and keeps it (the window is not what limits it then): either way peak RSS stays
+    under the old window x 5 MiB, held twice, plus the sidecar itself.
+    tests/integration/test_window.py makes the route slower than its broker, so that the
+    shrink must come, and counts the bytes.
+    """
     flow = await declare_flow(broker, "shrink")
     quarantine, _ = await declare_quarantine(broker)
     small, large = make_ids("small", SMALL), make_ids("large", SHRINK_LARGE)
@@ -95,10 +103,15 @@ async def test_a_window_grown_on_small_messages_shrinks_for_large_ones(
     )
     assert sidecar.process is not None
     peak = peak_rss_mib(sidecar.process.pid)
-    print(  # noqa: T201
-        f"\nwindow shrink: peak RSS {peak:.0f} MiB for {SMALL} x 1 KiB then"
-        f" {SHRINK_LARGE} x 5 MiB at prefetch {SHRINK_PREFETCH}, bound {SHRINK_BOUND_MIB:.0f}"
-    )
     assert sorted(set(relayed)) == sorted(small + large)
-    assert f"window {SHRINK_PREFETCH} -> 2 for bodies of up to {BODY} bytes" in sidecar.stderr()
-    assert peak < SHRINK_BOUND_MIB, f"peak RSS {peak:.0f} MiB, bound {SHRINK_BOUND_MIB:.0f} MiB"
+    shrinks = re.findall(
+        rf"window (\d+) -> (\d+) for bodies of up to {BODY} bytes", sidecar.stderr()
+    )
+    old = int(shrinks[0][0]) if shrinks else SHRINK_PREFETCH
+    bound = 2 * old * BODY / MIB + OVERHEAD_MIB
+    print(  # noqa: T201
+        f"\nwindow shrink: peak RSS {peak:.0f} MiB for {SMALL} x 1 KiB then {SHRINK_LARGE}"
+        f" x 5 MiB at prefetch {SHRINK_PREFETCH}; shrinks {shrinks}; bound {bound:.0f} MiB"
+    )
+    assert all(int(new) <= BUDGET // BODY for _, new in shrinks), shrinks
+    assert peak < bound, f"peak RSS {peak:.0f} MiB, bound {bound:.0f} MiB"

@@ -140,10 +140,21 @@ class InFlight:
 
 
 @contextlib.contextmanager
-def counting_in_flight(monkeypatch: pytest.MonkeyPatch, *, large_bytes: int) -> Any:
-    """Count every delivery in flight through Settler.settle, with its body's bytes."""
+def counting_in_flight(
+    monkeypatch: pytest.MonkeyPatch, *, large_bytes: int, slow_s: float = 0.0
+) -> Any:
+    """Count every delivery in flight through Settler.settle, with its body's bytes.
+
+    ``slow_s`` holds each delivery that long before its publish (counted in flight by the
+    route as by this): a route slower than its broker, whose window fills (the case where
+    the window is what bounds it).
+    """
     seen = InFlight()
-    settle = Settler.settle
+    settle, carry_out = Settler.settle, Settler._carry_out
+
+    async def slowed(self: Settler, *args: Any, **kwargs: Any) -> Any:
+        await asyncio.sleep(slow_s)
+        return await carry_out(self, *args, **kwargs)
 
     async def counted(self: Settler, consumer: Any, delivery: Delivery) -> None:
         size = len(delivery.body)
@@ -162,6 +173,7 @@ def counting_in_flight(monkeypatch: pytest.MonkeyPatch, *, large_bytes: int) -> 
             seen.settled_large += size >= large_bytes
 
     monkeypatch.setattr(Settler, "settle", counted)
+    monkeypatch.setattr(Settler, "_carry_out", slowed)
     yield seen
 
 
@@ -172,6 +184,20 @@ def most_consumers(queue_type: str) -> int:
     delivered is settled (a few milliseconds; it receives nothing meanwhile).
     """
     return 2 if queue_type == "quorum" else 1
+
+
+def recording_windows(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Record each window a re-consume asks for (Channel.qos above 1: not a channel's first)."""
+    windows: list[int] = []
+    qos = Channel.qos
+
+    async def recording(self: Channel, prefetch_count: int) -> None:
+        if prefetch_count > 1:  # the first consumer's 1, and the publish channels', pass
+            windows.append(prefetch_count)
+        await qos(self, prefetch_count)
+
+    monkeypatch.setattr(Channel, "qos", recording)
+    return windows
 
 
 @contextlib.asynccontextmanager
@@ -226,15 +252,7 @@ async def test_small_messages_grow_the_window_from_one_to_the_prefetch(
     queue_type: str,
 ) -> None:
     """Slow start on the real broker: qos 8, 64, 512, one consumer, none requeued."""
-    windows: list[int] = []
-    qos = Channel.qos
-
-    async def recording(self: Channel, prefetch_count: int) -> None:
-        if prefetch_count > 1:  # not the publish channels' own
-            windows.append(prefetch_count)
-        await qos(self, prefetch_count)
-
-    monkeypatch.setattr(Channel, "qos", recording)
+    windows = recording_windows(monkeypatch)
     suffix = f"grow.{queue_type}"
     topo = await route_topology(broker, queue_type, suffix)
     staging, target = topo.staging, topo.target
@@ -247,7 +265,7 @@ async def test_small_messages_grow_the_window_from_one_to_the_prefetch(
         [{"name": "grow", "from": staging.queue, "exchange": topo.exchange}],
         prefetch=512,
     )
-    with counting_in_flight(monkeypatch, large_bytes=2**62) as seen:
+    with counting_in_flight(monkeypatch, large_bytes=2**62, slow_s=0.002) as seen:
         async with sampling_consumers(broker, staging.queue) as consumers, run_sidecar(text):
             relayed = await broker.take(target, len(ids), timeout_s=90)
     assert windows == [8, 64, 512]
@@ -272,6 +290,7 @@ async def test_a_larger_body_mid_flow_shrinks_the_window_and_bounds_the_overshoo
     they are; those are settled, and from then on four of 64 KiB are in flight at most.
     """
     large, budget, prefetch = 64 * KIB, 256 * KIB, 16
+    windows = recording_windows(monkeypatch)
     suffix = f"shrink.{queue_type}"
     topo = await route_topology(broker, queue_type, suffix)
     staging, target = topo.staging, topo.target
@@ -286,7 +305,7 @@ async def test_a_larger_body_mid_flow_shrinks_the_window_and_bounds_the_overshoo
         prefetch=prefetch,
         max_in_flight_bytes=budget,
     )
-    with counting_in_flight(monkeypatch, large_bytes=large) as seen:
+    with counting_in_flight(monkeypatch, large_bytes=large, slow_s=0.005) as seen:
         seen.tail_from = 2 * prefetch  # by then the old window's deliveries were settled
         async with sampling_consumers(broker, staging.queue) as consumers, run_sidecar(text):
             relayed = await broker.take(target, len(ids), timeout_s=90)
@@ -297,6 +316,7 @@ async def test_a_larger_body_mid_flow_shrinks_the_window_and_bounds_the_overshoo
         f" {2 * prefetch} large ones (budget {budget})"
     )
     assert sorted(headers_of(m)["x-acemq-id"] for m in relayed) == sorted(ids)
+    assert windows == [8, 16, 4]  # grown on the small ones, shrunk at the first large one
     assert seen.peak_bytes <= prefetch * large  # the old window x the new size
     assert 0 < seen.tail_peak_bytes <= budget
     assert seen.peak_count <= prefetch
