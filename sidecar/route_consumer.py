@@ -242,7 +242,7 @@ class RouteConsumer:
             if window.target() is None:
                 continue
             try:
-                reason = await self._reconsume()
+                reason = await self._reconsume(connection)
             except (ChannelLostError, MissingEntityError) as e:
                 return str(e)
             except TimeoutError:
@@ -253,13 +253,17 @@ class RouteConsumer:
             if reason is not None:
                 return reason
 
-    async def _reconsume(self) -> str | None:
+    async def _reconsume(self, connection: RelayConnection) -> str | None:
         """Move to a new consumer on the channel (the module's steps); why not, if it failed."""
         window, channel = self._window, self._channel
         old, old_tag = window.current, self.consumer_tag
         if not await self._until_full(old):  # acks wait from then on
             # Try again at a later delivery's header (not at once: nothing to fill now).
             window.wanted.clear()
+            return None
+        if connection.blocked_reason is not None:  # blocked while it filled: after it
+            self._acks.set()
+            window.wanted.set()
             return None
         try:
             async with asyncio.timeout(RECONSUME_TIMEOUT_S):
