@@ -91,7 +91,12 @@ class InFlightWindow:
         """Record a delivery's body size, from its content header."""
         self._seen += 1
         largest = self.largest
-        if largest is not None and size <= largest and not self._may_grow:
+        if (
+            largest is not None
+            and size <= largest
+            and not self._may_grow
+            and self.allowed >= self.current
+        ):
             return  # the common case: only a larger body can change anything now
         if largest is None or size > largest:
             self.largest = size

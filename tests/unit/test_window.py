@@ -219,3 +219,22 @@ def test_a_window_that_had_to_start_smaller_stops_growing_on_its_channel() -> No
     window.start()
     window.note(1024)
     assert window.target() == 8  # a new channel grows again
+
+
+def test_a_shrink_given_up_for_now_is_asked_for_again_at_the_next_body() -> None:
+    """The window did not fill (no backlog): the next header, however small, asks again."""
+    window = InFlightWindow(prefetch=64, budget_bytes=BUDGET)
+    window.start()
+    window.note(1024)
+    window.applied(8, whole=True)
+    for _ in range(8):
+        window.note(1024)
+    window.applied(64, whole=True)
+    for _ in range(64):
+        window.note(1024)  # at the prefetch: no more growth
+    window.note(5 * MIB)
+    assert window.target() == 8
+    window.wanted.clear()  # what the consumer does when its window would not fill
+    window.note(1024)
+    assert window.wanted.is_set()
+    assert window.target() == 8
