@@ -153,9 +153,12 @@ def peak_rss_mib(pid: int) -> float:
     return float("nan")
 
 
-def route_map(topo: Topology, *, port: int, prefetch: int | None) -> str:
+def route_map(topo: Topology, *, port: int, prefetch: int | None, budget: int | None = None) -> str:
     """A route map in DESIGN.md's shape: defaults apart from the URL, quarantine and route."""
-    broker = f"{{url: '{URL}', prefetch: {prefetch}}}" if prefetch else f"{{url: '{URL}'}}"
+    settings = [f"url: '{URL}'"]
+    settings += [f"prefetch: {prefetch}"] if prefetch else []
+    settings += [f"max_in_flight_bytes: {budget}"] if budget else []
+    broker = "{" + ", ".join(settings) + "}"
     return (
         f"broker: {broker}\n"
         f"http: {{listen: '127.0.0.1:{port}'}}\n"
@@ -170,17 +173,26 @@ def route_map(topo: Topology, *, port: int, prefetch: int | None) -> str:
 
 @asynccontextmanager
 async def sidecar(
-    topo: Topology, *, prefetch: int | None = None, cpus: str | None = None
+    topo: Topology,
+    *,
+    prefetch: int | None = None,
+    cpus: str | None = None,
+    pythonpath: str | None = None,
+    budget: int | None = None,
 ) -> AsyncIterator[int]:
     """Run ``acemq-sidecar run`` (as users run it) on the topology; yield its pid.
 
     ``cpus``: a ``taskset -c`` core list to start it on (its threads inherit it).
+    ``pythonpath``: a source tree whose ``sidecar`` package runs instead of this one's.
+    ``budget``: ``broker.max_in_flight_bytes`` (default: the sidecar's).
     """
     port = free_port()
     path = Path(tempfile.mkdtemp()) / "bench.yaml"
-    path.write_text(route_map(topo, port=port, prefetch=prefetch))
+    path.write_text(route_map(topo, port=port, prefetch=prefetch, budget=budget))
     command = [str(Path(sys.executable).with_name("acemq-sidecar")), "run", "--config", str(path)]
     env = {**os.environ, "ACEMQ_LOG_LEVEL": "WARNING"}
+    if pythonpath is not None:
+        env["PYTHONPATH"] = pythonpath
     if cpus is not None:
         command = ["taskset", "-c", cpus, *command]  # taskset execs the command: same pid
     process = subprocess.Popen(command, env=env)

@@ -31,7 +31,7 @@ from sidecar.settlement_holds import after_refusal, slow_confirm
 if TYPE_CHECKING:
     import asyncio
 
-    from sidecar.amqp import Consumer, Publisher
+    from sidecar.amqp import AckChannel, Publisher
     from sidecar.contract import PropertyValue
     from sidecar.delivery import Delivery
     from sidecar.publish_lane import PublishLane
@@ -195,7 +195,7 @@ class PlanPublisher:
             content_header=content_header,
         )
 
-    async def dead_letter(self, consumer: Consumer, delivery: Delivery, reason: str) -> None:
+    async def dead_letter(self, consumer: AckChannel, delivery: Delivery, reason: str) -> None:
         """Reject a delivery nothing takes (requeue=false): the broker dead-letters it.
 
         Logged at error with the reason and counted, never silent. A channel already gone

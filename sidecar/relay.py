@@ -9,8 +9,11 @@ and counted. The decisions are ``sidecar.settlement``'s (pure, unit-tested); the
 the AMQP client's, seen through its Protocols (``Consumer``, ``Publisher``,
 ``RelayConnection``). A route consumes on one channel and publishes on others
 (``sidecar.publish_lane``), so that a publish the broker refuses by closing its channel
-requeues nothing. This module only carries decisions out, and keeps the route's state
-(``RouteState``) and its rate-limited log lines (``RouteLog``).
+requeues nothing. Its consumer's window follows the bodies it sees (``sidecar.window``):
+slow start, bounded by the route's prefetch and ``broker.max_in_flight_bytes``, changed
+by a re-consume on the same channel, whose deliveries in flight are settled as any other.
+This module only carries decisions out, and keeps the route's state (``RouteState``) and
+its rate-limited log lines (``RouteLog``).
 """
 
 from __future__ import annotations
@@ -22,57 +25,21 @@ from typing import TYPE_CHECKING
 from sidecar.amqp import ChannelLostError, MissingEntityError
 from sidecar.backoff import Backoff
 from sidecar.publish_lane import PublishLane
+from sidecar.route_consumer import InFlightWindow, RouteConsumer
 from sidecar.route_log import RouteLog
 from sidecar.route_state import RouteState
-from sidecar.settlement import (
-    in_flight_window,
-)
 from sidecar.settler import Settler
 from sidecar.waits import first_of, sleep_unless
 
 if TYPE_CHECKING:
     from sidecar.amqp import Consumer, RelayConnection
-    from sidecar.delivery import Delivery
     from sidecar.route_context import RouteContext
 
-__all__ = ["InFlightWindow", "RouteWorker"]
+__all__ = ["RouteWorker"]
 
 log = logging.getLogger(__name__)
 
 HEALTHY_CHANNEL_S = 30.0  # a channel that lived this long resets the reopen backoff
-
-
-class InFlightWindow:
-    """One route's prefetch as the byte budget allows it, from the largest body seen.
-
-    Kept across the route's channels: the next channel starts from what the last learned.
-    """
-
-    def __init__(self, *, prefetch: int, budget_bytes: int) -> None:
-        self._prefetch = prefetch
-        self._budget = budget_bytes
-        self.largest: int | None = None
-        self.current: int | None = None
-
-    def start(self) -> int:
-        """Return the window a new channel starts with."""
-        self.current = in_flight_window(
-            prefetch=self._prefetch, budget_bytes=self._budget, largest_bytes=self.largest
-        )
-        return self.current
-
-    def note(self, size: int) -> int | None:
-        """Record a body's size; return the new window when it changes, else None."""
-        if self.largest is not None and size <= self.largest:
-            return None
-        self.largest = size
-        window = in_flight_window(
-            prefetch=self._prefetch, budget_bytes=self._budget, largest_bytes=size
-        )
-        if window == self.current:
-            return None
-        self.current = window
-        return window
 
 
 class RouteWorker:
@@ -89,7 +56,6 @@ class RouteWorker:
             route.name, metrics=context.metrics, log=self._log, clock=context.clock
         )
         self._settler = Settler(context, state=self.state, log=self._log, stop=self._stop)
-        self._consumer_tag = f"acemq-sidecar.{route.name}"
         self._window = InFlightWindow(
             prefetch=route.prefetch, budget_bytes=route.limits.max_in_flight_bytes
         )
@@ -149,7 +115,7 @@ class RouteWorker:
 
     async def _open_unless_stopped(
         self, connection: RelayConnection
-    ) -> tuple[Consumer, PublishLane] | None:
+    ) -> tuple[RouteConsumer, PublishLane] | None:
         """Open the route's channels, or give up when a stop comes first.
 
         A broker under an alarm may never answer the opening handshake; SIGTERM must not
@@ -175,7 +141,7 @@ class RouteWorker:
             await _close_both(*opening.result())
         return None
 
-    async def _open(self, connection: RelayConnection) -> tuple[Consumer, PublishLane]:
+    async def _open(self, connection: RelayConnection) -> tuple[RouteConsumer, PublishLane]:
         route = self.route
         await connection.check_queue(route.queue)
         await connection.check_exchange(route.exchange)
@@ -183,38 +149,55 @@ class RouteWorker:
         lane = PublishLane(connection)
         try:
             await lane.open()
-            # The window the byte budget allows for the largest body seen so far: the client
-            # cannot change a running consumer's prefetch (docs/decisions/0001-amqp-client.md),
-            # so what a channel learns applies from the route's next channel on.
-            consumer: Consumer = await connection.channel(prefetch=self._window.start())
+            # Slow start: the first consumer's window is small, and grows (or shrinks) by
+            # re-consuming as content headers tell the bodies' sizes (RouteConsumer.follow).
+            channel: Consumer = await connection.channel(prefetch=self._window.start())
         except BaseException:
             await lane.close()
             raise
-        settler, window = self._settler, self._window
-
-        async def on_delivery(delivery: Delivery) -> None:
-            window.note(len(delivery.body))
-            await settler.settle(consumer, delivery)
-
-        settler.attach(connection, lane)
+        consumer = RouteConsumer(
+            channel,
+            route=route.name,
+            queue=route.queue,
+            window=self._window,
+            state=self.state,
+            settle=self._settler.settle,
+        )
+        self._settler.attach(connection, lane)
         # Up before the first delivery can arrive, so a delivery's pause is not undone.
         self.state.consuming(queue=route.queue, exchange=route.exchange)
         try:
-            await consumer.consume(route.queue, on_delivery, consumer_tag=self._consumer_tag)
+            await consumer.start()
         except BaseException:
             await _close_both(consumer, lane)
             raise
         return consumer, lane
 
-    async def _consume_until_closed(self, consumer: Consumer, connection: RelayConnection) -> str:
-        """Wait until the channel or connection closes, or a stop; return what happened."""
+    async def _consume_until_closed(
+        self, consumer: RouteConsumer, connection: RelayConnection
+    ) -> str:
+        """Wait until the channel or connection closes, or a stop; return what happened.
+
+        Meanwhile the consumer's window follows the bodies seen; a change that fails ends
+        the channel too.
+        """
         which, first = await first_of(
-            consumer.wait_closed(), connection.wait_closed(), self._stop.wait()
+            consumer.wait_closed(),
+            connection.wait_closed(),
+            self._stop.wait(),
+            consumer.follow(connection),
         )
-        return str(first.result()) if which == 0 else ("connection lost", "stopping")[which - 1]
+        if which in (0, 3):
+            return str(first.result())
+        return ("connection lost", "stopping")[which - 1]
 
     async def _drain(
-        self, consumer: Consumer, lane: PublishLane, connection: RelayConnection, *, grace_s: float
+        self,
+        consumer: RouteConsumer,
+        lane: PublishLane,
+        connection: RelayConnection,
+        *,
+        grace_s: float,
     ) -> None:
         """Stop deliveries, settle in-flight work within the grace period, close.
 
@@ -226,7 +209,7 @@ class RouteWorker:
         deadline = asyncio.get_running_loop().time() + grace_s
         is_blocked = connection.blocked_reason is not None
         if not is_blocked:
-            await consumer.cancel(self._consumer_tag)
+            await consumer.cancel()
         extra = {"route": self.route.name, "in_flight": state.in_flight}
         log.info(
             "route %s draining %d in-flight messages", self.route.name, state.in_flight, extra=extra
@@ -247,6 +230,6 @@ class RouteWorker:
             await _close_both(consumer, lane)
 
 
-async def _close_both(consumer: Consumer, lane: PublishLane) -> None:
+async def _close_both(consumer: RouteConsumer, lane: PublishLane) -> None:
     await consumer.close()
     await lane.close()

@@ -37,6 +37,7 @@ class RouteState:
         self.in_flight = 0
         self.idle = asyncio.Event()
         self.idle.set()
+        self._fewer: list[tuple[int, asyncio.Future[None]]] = []  # (at most, waiter)
         self.acked_since_open = False
         self._channel_consumes = False
         self._paused_by_hold = False  # the pause is the held deliveries', nothing else's
@@ -122,6 +123,21 @@ class RouteState:
         self._metrics.add_in_flight(self._route, -1)
         if self.in_flight == 0:
             self.idle.set()
+        if self._fewer:
+            for count, waiter in self._fewer:
+                if self.in_flight <= count and not waiter.done():
+                    waiter.set_result(None)
+
+    async def wait_in_flight_at_most(self, count: int) -> None:
+        """Return once at most ``count`` deliveries are in flight (at once if so now)."""
+        if self.in_flight <= count:
+            return
+        entry = (count, asyncio.get_running_loop().create_future())
+        self._fewer.append(entry)
+        try:
+            await entry[1]
+        finally:
+            self._fewer.remove(entry)
 
     def _set_up(self, *, up: bool) -> None:
         if self._owns_gauge:

@@ -48,7 +48,6 @@ __all__ = [
     "Target",
     "after_publish",
     "bounded",
-    "in_flight_window",
     "log_origin",
     "original_headers",
     "plan_delivery",
@@ -244,20 +243,6 @@ def _after_quarantine(published: PublishOutcome, *, exchange: str, route: str) -
         " x 0.75, then dead-lettered)",
         may_duplicate=published is PublishOutcome.NACKED,
     )
-
-
-def in_flight_window(*, prefetch: int, budget_bytes: int, largest_bytes: int | None) -> int:
-    """Return the prefetch that keeps the route's bodies in flight within the byte budget.
-
-    RabbitMQ ignores basic.qos prefetch_size, so the count is what bounds bytes: as many
-    of the largest body seen so far as the budget holds, at least 1, at most the route's
-    prefetch. Before any delivery (``largest_bytes`` None) the route's prefetch: a window
-    applies to a channel from its start (a running consumer's prefetch cannot change on
-    every queue type), so a smaller one first would hold the route to it.
-    """
-    if largest_bytes is None:
-        return prefetch
-    return max(1, min(prefetch, budget_bytes // max(1, largest_bytes)))
 
 
 def unencodable(error: Exception) -> Quarantine:

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     import asyncio
     import random
 
-    from sidecar.amqp import Consumer, RelayConnection
+    from sidecar.amqp import AckChannel, RelayConnection
     from sidecar.delivery import Delivery
     from sidecar.publish_lane import PublishLane
     from sidecar.route_context import RouteContext
@@ -111,7 +111,7 @@ class Settler:
         self._lane = lane
         self._connection = connection
 
-    async def settle(self, consumer: Consumer, delivery: Delivery) -> None:
+    async def settle(self, consumer: AckChannel, delivery: Delivery) -> None:
         """Settle one delivery: publish what the plan says until the broker takes it, then ack.
 
         The plan is made once. When the broker will not take a copy for now (``Hold``), the
@@ -172,7 +172,7 @@ class Settler:
 
     async def _carry_out(
         self,
-        consumer: Consumer,
+        consumer: AckChannel,
         lane: PublishLane,
         delivery: Delivery,
         held: HeldDelivery,
@@ -220,7 +220,7 @@ class Settler:
         return Wait(0.0)
 
     async def _hold(
-        self, consumer: Consumer, hold: Hold, plan: Plan, retries: _Retries, *, started: float
+        self, consumer: AckChannel, hold: Hold, plan: Plan, retries: _Retries, *, started: float
     ) -> Wait | Quarantine | DeadLetter | None:
         """Wait before the plan is published again, or say where the delivery goes instead.
 

@@ -23,7 +23,13 @@ from sidecar.amqp.channel import Channel
 from sidecar.amqp.codec import install_codec
 from sidecar.amqp.connection import Connection, QueueCounts, connect
 from sidecar.amqp.lifecycle import ChannelState
-from sidecar.amqp.protocols import Consumer, Publisher, RelayChannel, RelayConnection
+from sidecar.amqp.protocols import (
+    AckChannel,
+    Consumer,
+    Publisher,
+    RelayChannel,
+    RelayConnection,
+)
 from sidecar.delivery import Delivery, PublishOutcome
 from sidecar.errors import (
     BrokerConnectionError,
@@ -36,6 +42,7 @@ from sidecar.errors import (
 from sidecar.frames import UndecodableTable
 
 __all__ = [
+    "AckChannel",
     "BrokerConnectionError",
     "Channel",
     "ChannelClosedError",

@@ -11,6 +11,11 @@ While the broker pauses the channel (``channel.flow``), a publish waits before s
 consumer the broker cancels (its queue deleted) ends ``wait_closed`` but not the channel:
 ``consumer_cancelled`` says so, and what is in flight can still be published, confirmed
 and acked before the owner closes it.
+
+Delivery tags belong to the channel, not to a consumer: after our own ``cancel`` the
+deliveries already received stay unacked on the channel and are acked or rejected as any
+other, also once a later ``consume`` (after a ``qos``: RabbitMQ applies a per-consumer
+prefetch to consumers created after it) delivers on the same channel under a new tag.
 """
 
 from __future__ import annotations
@@ -65,6 +70,7 @@ class Channel(ChannelLife):
         self._confirms = Confirms(link.loop)
         self._content = ContentReader(number)
         self._callback: Callable[[Delivery], Coroutine[Any, Any, None]] | None = None
+        self._on_body_size: Callable[[int], None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._cancelled_by_broker = False
 
@@ -83,9 +89,17 @@ class Channel(ChannelLife):
         callback: Callable[[Delivery], Coroutine[Any, Any, None]],
         *,
         consumer_tag: str,
+        on_body_size: Callable[[int], None] | None = None,
     ) -> None:
-        """Start consuming ``queue``; ``callback`` runs as its own task per delivery."""
+        """Start consuming ``queue``; ``callback`` runs as its own task per delivery.
+
+        ``on_body_size`` is called with each delivery's body size as its content header
+        arrives, before the body does (from the frame handler: it must be quick and must
+        not raise). Both apply to every delivery on the channel from now on, whichever
+        consumer tag it came for.
+        """
         self._callback = callback
+        self._on_body_size = on_body_size
         try:
             await self.rpc(codec.basic_consume(queue, consumer_tag=consumer_tag))
         except ChannelClosedError as e:
@@ -93,19 +107,32 @@ class Channel(ChannelLife):
                 raise MissingEntityError(kind="queue", name=queue) from e
             raise
 
-    async def cancel(self, consumer_tag: str) -> None:
-        """Stop deliveries to a consumer; return once no more can arrive (or after a bound).
+    async def cancel(self, consumer_tag: str) -> bool:
+        """Stop deliveries to a consumer; True once none can arrive, False after a bound.
 
         The broker's cancel-ok comes after the consumer's last delivery, and every delivery
         before it has been handed to its callback by then: whoever waits for in-flight work
         to settle after this sees all of it. The callback stays: deliveries already on the
         wire are settled, not dropped and redelivered. After the broker's own cancel there
-        is nothing to cancel, and nothing is sent.
+        is nothing to cancel, and nothing is sent (True). False when the broker did not
+        answer within the bound or the channel ended first: whether the consumer is gone
+        is then unknown (a closed channel has none).
         """
         if self._cancelled_by_broker:
-            return
+            return True
         with contextlib.suppress(TimeoutError, ChannelLostError):
             await self.rpc(codec.basic_cancel(consumer_tag), timeout_s=CLOSE_TIMEOUT_S)
+            return True
+        return False
+
+    async def qos(self, prefetch_count: int) -> None:
+        """Set the prefetch of the consumers this channel starts from now on (``basic.qos``).
+
+        Per consumer (``global`` false): RabbitMQ applies it to later consumers only, a
+        running one keeps its own; a channel-wide one would close the connection on a
+        quorum queue (540). So a new window takes a new consumer: qos, cancel, consume.
+        """
+        await self.rpc(codec.basic_qos(prefetch_count))
 
     async def publish(
         self,
@@ -224,7 +251,10 @@ class Channel(ChannelLife):
 
     def on_header(self, payload: bytes) -> None:
         """Handle a content header frame: the properties of the pending delivery or return."""
-        if (content := self._content.on_header(payload)) is not None:
+        content = self._content.on_header(payload)
+        if self._on_body_size is not None and (size := self._content.announced) is not None:
+            self._on_body_size(size)
+        if content is not None:
             self._complete(content)
 
     def on_body(self, payload: bytes) -> None:

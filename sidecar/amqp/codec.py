@@ -151,7 +151,7 @@ def confirm_select() -> Request:
 
 
 def basic_qos(prefetch_count: int) -> Request:
-    """Return ``basic.qos``: at most this many unacked deliveries on the channel."""
+    """Return ``basic.qos``, per consumer (``global`` false): for consumers started after it."""
     return _request(spec.Basic.Qos(prefetch_count=prefetch_count))
 
 

@@ -86,7 +86,7 @@ class Connection:
         channel = await self._open()
         try:
             await channel.rpc(codec.confirm_select())
-            await channel.rpc(codec.basic_qos(prefetch))
+            await channel.qos(prefetch)
         except BaseException:
             await channel.close()
             raise

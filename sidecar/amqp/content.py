@@ -62,6 +62,9 @@ class ContentReader:
         self._header: ContentHeader | None = None
         self._parts: list[bytes] = []
         self._received = 0
+        # The body size the last delivery's content header announced (None after a
+        # return's): known before the body frames arrive.
+        self.announced: int | None = None
 
     def begin(self, method: BasicDeliver | BasicReturn) -> None:
         """Start a message: its header and body frames come next."""
@@ -77,6 +80,7 @@ class ContentReader:
         if self._method is None or self._header is not None:
             raise UnexpectedFrameError(f"channel {self._number}: content header without a method")
         self._header = header = _read_header(payload)
+        self.announced = header.body_size if isinstance(self._method, BasicDeliver) else None
         return self._finish(b"") if header.body_size == 0 else None
 
     def on_body(self, payload: bytes) -> Content | None:

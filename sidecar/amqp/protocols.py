@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from sidecar.frames import UndecodableTable
     from sidecar.wire import FieldValue
 
-__all__ = ["Consumer", "Publisher", "RelayChannel", "RelayConnection"]
+__all__ = ["AckChannel", "Consumer", "Publisher", "RelayChannel", "RelayConnection"]
 
 
 @runtime_checkable
@@ -50,6 +50,27 @@ class Publisher(Protocol):
         ...
 
 
+class AckChannel(Protocol):
+    """What a delivery's settler needs of the channel it came on: any ``Consumer`` has it."""
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the channel can still ack."""
+        ...
+
+    async def ack(self, delivery_tag: int) -> bool:
+        """Ack one delivery; False when the channel is gone (the broker redelivers it)."""
+        ...
+
+    async def reject(self, delivery_tag: int, *, requeue: bool) -> bool:
+        """Reject one delivery (``basic.reject``); False when the channel is gone."""
+        ...
+
+    async def close(self) -> None:
+        """Close the channel; what is unacked goes back to its queue."""
+        ...
+
+
 @runtime_checkable
 class Consumer(Protocol):
     """Consumes one queue on one channel and acks what was settled."""
@@ -65,12 +86,24 @@ class Consumer(Protocol):
         callback: Callable[[Delivery], Coroutine[Any, Any, None]],
         *,
         consumer_tag: str,
+        on_body_size: Callable[[int], None] | None = None,
     ) -> None:
-        """Start consuming; ``callback`` runs as its own task per delivery."""
+        """Start consuming; ``callback`` runs as its own task per delivery.
+
+        ``on_body_size`` hears each delivery's body size from its content header, before
+        the body arrives; it runs in the frame handler, so it must be quick and not raise.
+        """
         ...
 
-    async def cancel(self, consumer_tag: str) -> None:
-        """Stop deliveries; return once no more can arrive (or after a bound)."""
+    async def cancel(self, consumer_tag: str) -> bool:
+        """Stop deliveries; True once no more can arrive, False if unconfirmed after a bound.
+
+        What was delivered before stays on the channel to be acked or rejected.
+        """
+        ...
+
+    async def qos(self, prefetch_count: int) -> None:
+        """Set the prefetch of consumers started after it (per consumer, not channel-wide)."""
         ...
 
     async def ack(self, delivery_tag: int) -> bool:

@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from sidecar.cli import build_parser
+from sidecar.route_map import DEFAULT_MAX_IN_FLIGHT_BYTES
 from sidecar.service import SHUTDOWN_SLACK_S
 from tests.deploy.conftest import (
     CHART,
@@ -285,6 +286,26 @@ def test_termination_grace_covers_the_sidecar_shutdown(
     route_map_grace = yaml.safe_load(routes_yaml(render(values))).get("shutdown_grace_s")
     assert route_map_grace == expected
     assert pod["terminationGracePeriodSeconds"] >= math.ceil(expected + SHUTDOWN_SLACK_S) + 1
+
+
+MEBI = 2**20
+SIDECAR_ITSELF = 64 * MEBI  # the sidecar with nothing in flight: about 45 MiB measured
+
+
+def test_the_default_memory_limit_holds_the_default_byte_budget(
+    minimal_manifests: list[Manifest],
+) -> None:
+    """Each route holds its budget's bodies about twice (delivery and copy): within the limit.
+
+    docs/kubernetes.md gives the rule (routes x 2 x max_in_flight_bytes + 64Mi); the peak
+    RSS measured at the default budget (bench/memory.py, 100 x 5 MiB) was 183 MiB.
+    """
+    limit = sidecar_container(_pod_spec(minimal_manifests))["resources"]["limits"]["memory"]
+    assert limit.endswith("Mi"), limit
+    route_map = yaml.safe_load(routes_yaml(minimal_manifests))
+    budget = route_map.get("broker", {}).get("max_in_flight_bytes", DEFAULT_MAX_IN_FLIGHT_BYTES)
+    needed = len(route_map["routes"]) * 2 * budget + SIDECAR_ITSELF
+    assert int(limit.removesuffix("Mi")) * MEBI >= needed
 
 
 def test_explicit_termination_grace_is_kept_when_long_enough() -> None:

@@ -65,12 +65,14 @@ def route_map_yaml(
     *,
     mode: str = "enforce",
     prefetch: int = 64,
+    max_in_flight_bytes: int | None = None,
 ) -> str:
     """Write a route map for the given routes (dicts of the YAML route keys)."""
     lines = [
         "broker:",
         f"  url: {url}",
         f"  prefetch: {prefetch}",
+        *([f"  max_in_flight_bytes: {max_in_flight_bytes}"] if max_in_flight_bytes else []),
         "http: {listen: '127.0.0.1:0'}",
         f"mode: {mode}",
         f"quarantine: {{exchange: {quarantine_exchange}}}",

@@ -11,6 +11,7 @@ from pamqp import frame as pamqp_frame
 from pamqp import header as pamqp_header
 
 from sidecar.amqp import Channel, ChannelLostError, Delivery, PublishOutcome, codec, install_codec
+from sidecar.amqp import channel as channel_module
 from sidecar.amqp.link import WRITE_BATCH_BYTES, Link
 from sidecar.frames import HEARTBEAT
 
@@ -138,6 +139,67 @@ async def test_cancel_returns_after_the_last_delivery_before_cancel_ok_was_hande
     control(channel, spec.Basic.CancelOk(consumer_tag="c"))
     await cancelling
     assert [d.delivery_tag for d in got] == [1]
+
+
+async def test_cancel_says_whether_the_broker_confirmed_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A re-consume must know the old consumer is gone before it starts a new one."""
+    monkeypatch.setattr(channel_module, "CLOSE_TIMEOUT_S", 0.01)
+    link = FakeLink()
+    channel, _ = await consuming(link)
+    cancelling = asyncio.create_task(channel.cancel("c"))
+    await asyncio.sleep(0)
+    control(channel, spec.Basic.CancelOk(consumer_tag="c"))
+    assert await cancelling is True
+    assert await channel.cancel("c2") is False  # never answered
+    channel.lose(ChannelLostError("gone"))
+    assert await channel.cancel("c3") is False  # the channel ended first
+
+
+async def test_qos_is_per_consumer_never_channel_wide() -> None:
+    """A channel-wide qos closes the connection on a quorum queue (540 NOT_IMPLEMENTED)."""
+    link = FakeLink()
+    channel = await opened(link)
+    setting = asyncio.create_task(channel.qos(16))
+    await asyncio.sleep(0)
+    (qos,) = [m for m in link.methods() if isinstance(m, spec.Basic.Qos)]
+    assert (qos.prefetch_count, qos.prefetch_size, qos.global_) == (16, 0, False)
+    assert not setting.done()
+    control(channel, spec.Basic.QosOk())
+    await setting
+
+
+async def test_the_body_size_is_told_at_the_content_header_before_the_body() -> None:
+    """The relay sizes its window from it: a 5 MiB body takes 40 frames to arrive."""
+    link = FakeLink()
+    channel = await opened(link)
+    sizes: list[int] = []
+    got: list[Delivery] = []
+
+    async def collect(delivery: Delivery) -> None:
+        got.append(delivery)
+
+    consume = asyncio.create_task(
+        channel.consume("staging", collect, consumer_tag="c", on_body_size=sizes.append)
+    )
+    await asyncio.sleep(0)
+    control(channel, spec.Basic.ConsumeOk(consumer_tag="c"))
+    await consume
+    method = spec.Basic.Deliver(consumer_tag="c", delivery_tag=1, exchange="", routing_key="q")
+    channel.on_method(60 << 16 | 60, payload_of(method))
+    header = pamqp_header.ContentHeader(0, 10, spec.Basic.Properties())
+    channel.on_header(pamqp_frame.marshal(header, 1)[7:-1])
+    assert sizes == [10]
+    channel.on_body(b"01234")
+    channel.on_body(b"56789")
+    method = spec.Basic.Deliver(consumer_tag="c", delivery_tag=2, exchange="", routing_key="q")
+    channel.on_method(60 << 16 | 60, payload_of(method))
+    empty = pamqp_header.ContentHeader(0, 0, spec.Basic.Properties())
+    channel.on_header(pamqp_frame.marshal(empty, 1)[7:-1])  # no body frame: a size too
+    await asyncio.sleep(0)
+    assert sizes == [10, 0]
+    assert [d.body for d in got] == [b"0123456789", b""]
+    broker_returns(channel, b"returned", {})  # a return is not a delivery
+    assert sizes == [10, 0]
 
 
 def publishing(channel: Channel, body: bytes, headers: dict[str, Any]) -> asyncio.Task[Any]:

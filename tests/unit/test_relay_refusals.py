@@ -111,11 +111,22 @@ class FakeConsumer:
     ended: asyncio.Event = field(default_factory=asyncio.Event)
     consumer_cancelled: bool = False
 
-    async def consume(self, queue: str, callback: Any, *, consumer_tag: str) -> None:
+    async def consume(
+        self,
+        queue: str,
+        callback: Any,
+        *,
+        consumer_tag: str,
+        on_body_size: Callable[[int], None] | None = None,
+    ) -> None:
         """Unused here."""
         raise NotImplementedError
 
-    async def cancel(self, consumer_tag: str) -> None:
+    async def cancel(self, consumer_tag: str) -> bool:
+        """Unused here."""
+        raise NotImplementedError
+
+    async def qos(self, prefetch_count: int) -> None:
         """Unused here."""
         raise NotImplementedError
 

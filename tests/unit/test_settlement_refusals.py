@@ -6,7 +6,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sidecar.relay import InFlightWindow
 from sidecar.settlement import (
     Alone,
     Copy,
@@ -14,7 +13,6 @@ from sidecar.settlement import (
     Hold,
     Outcome,
     Quarantine,
-    in_flight_window,
 )
 from sidecar.settlement_holds import HoldLimits, Wait, after_hold, after_refusal, blocked
 
@@ -175,49 +173,3 @@ def test_the_blocked_reason_quotes_the_broker() -> None:
         'the broker blocked the connection ("low on memory"); nothing is published until it'
         " unblocks"
     )
-
-
-WINDOWS = [
-    # Before any delivery: the route's prefetch (a window applies from a channel's start).
-    (512, 64 * 2**20, None, 512),
-    # 1 KiB messages: the route's prefetch.
-    (512, 64 * 2**20, 1024, 512),
-    # 5 MiB messages under a 64 MiB budget: 12 in flight.
-    (512, 64 * 2**20, 5 * 2**20, 12),
-    # Larger than the whole budget: one at a time, never none.
-    (512, 64 * 2**20, 100 * 2**20, 1),
-    (512, 64 * 2**20, 0, 512),
-]
-
-
-@pytest.mark.parametrize(("prefetch", "budget", "largest", "expected"), WINDOWS)
-def test_the_window_keeps_bodies_in_flight_within_the_budget(
-    prefetch: int, budget: int, largest: int | None, expected: int
-) -> None:
-    """RabbitMQ ignores prefetch_size: the count must bound the bytes."""
-    window = in_flight_window(prefetch=prefetch, budget_bytes=budget, largest_bytes=largest)
-    assert window == expected
-
-
-@given(
-    prefetch=st.integers(1, 65535),
-    budget=st.integers(65536, 2**40),
-    largest=st.integers(1, 2**31),
-)
-def test_the_window_is_within_one_and_prefetch_and_the_budget(
-    prefetch: int, budget: int, largest: int
-) -> None:
-    window = in_flight_window(prefetch=prefetch, budget_bytes=budget, largest_bytes=largest)
-    assert 1 <= window <= prefetch
-    assert window == 1 or window * largest <= budget
-
-
-def test_a_routes_window_shrinks_as_larger_messages_arrive() -> None:
-    """It changes only when a larger body comes, and starts a new channel where it left off."""
-    window = InFlightWindow(prefetch=512, budget_bytes=64 * 2**20)
-    assert window.start() == 512
-    assert window.note(1024) is None  # the route's prefetch already
-    assert window.note(512) is None  # smaller: no change, no basic.qos
-    assert window.note(5 * 2**20) == 12
-    assert window.note(5 * 2**20) is None
-    assert window.start() == 12

@@ -1,0 +1,363 @@
+"""One route's consumer on its channel, and the re-consume that changes its window.
+
+``sidecar.relay``'s ``RouteWorker`` opens the channel and hands it here: this keeps what
+the consumer is now (its tag, its window, the deliveries it holds) and carries out what
+``sidecar.window`` decides. A running consumer's prefetch cannot change on every queue
+type, so a new window is a new consumer on the same channel, in this order:
+
+1. Hold acks until the consumer holds its whole window, unsettled: then the broker has
+   nothing on its way to it (no credit left); acks wait until step 2 ends (a round trip
+   or two; longer while a window of large bodies is still on its way). This matters on
+   a quorum queue: its channel returns to the queue, spending a delivery attempt of
+   ``x-delivery-limit``, every delivery that reaches it for a consumer tag already
+   cancelled (seen on RabbitMQ 3.10 with deliveries in transit at the cancel: 4 and 6 of
+   480 dead-lettered at a limit of 0). A classic queue hands over what it sent before
+   the cancel-ok either way.
+2. ``basic.cancel`` and its cancel-ok: after it nothing comes for the old tag; what it
+   delivered stays unacked on the channel and is settled as any delivery (never requeued).
+3. Wait until what the old consumer left in flight leaves room (``sidecar.window.refill``).
+4. ``basic.qos`` (per consumer) and ``basic.consume`` under a new tag,
+   ``acemq-sidecar.<route>#<n>`` ("#" is in no route name, so tags stay unique).
+
+A quorum queue counts the cancelled consumer among the queue's consumers until its
+deliveries are settled (a few milliseconds); it receives nothing meanwhile.
+
+It must not decide anything: the decisions are ``sidecar.window``'s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING
+
+from sidecar.amqp import ChannelLostError, MissingEntityError
+from sidecar.window import START_WINDOW, in_flight_window, next_window, refill
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Coroutine
+    from typing import Any
+
+    from sidecar.amqp import AckChannel, Consumer, RelayConnection
+    from sidecar.delivery import Delivery
+    from sidecar.route_state import RouteState
+
+__all__ = ["InFlightWindow", "RouteConsumer"]
+
+log = logging.getLogger("sidecar.relay")  # the relay's lines, whichever module writes them
+
+# A re-consume's cancel, qos and consume: a broker that does not answer them in this time
+# leaves the consumer unknown, so the channel is closed (and reopened) instead.
+RECONSUME_TIMEOUT_S = 10.0
+# While acks wait for a consumer to fill its window before a cancel: with no delivery for
+# this long there is no backlog to fill it (with one, the broker sends within a round trip).
+FILL_IDLE_S = 0.5
+# How long a new consumer waits for what the old one left in flight to make room for its
+# whole window; past it, it starts with what fits (deliveries held for the broker can take
+# minutes to settle, and the route would consume nothing meanwhile).
+REFILL_WAIT_S = 1.0
+
+
+class InFlightWindow:
+    """One route's consumer window and what ``sidecar.window`` decides it from.
+
+    The largest body seen is kept across the route's channels; the consumer's window, the
+    body sizes seen since it was set and whether it may still grow are per channel.
+    ``note`` runs for every content header, in the client's frame handler: it counts,
+    compares, and sets ``wanted`` when a change is due; ``RouteConsumer`` makes it.
+    """
+
+    def __init__(self, *, prefetch: int, budget_bytes: int) -> None:
+        self._prefetch = prefetch
+        self._budget = budget_bytes
+        self.largest: int | None = None
+        self.allowed = prefetch  # in_flight_window for the largest body seen
+        self.current = START_WINDOW
+        self._seen = 0
+        self._may_grow = True
+        self.wanted = asyncio.Event()
+
+    def start(self) -> int:
+        """Return the window a new channel starts with: slow start, whatever was learned."""
+        self.current = min(START_WINDOW, self.allowed)
+        self._seen = 0
+        self._may_grow = True
+        self.wanted.clear()
+        return self.current
+
+    def note(self, size: int) -> None:
+        """Record a delivery's body size, from its content header."""
+        self._seen += 1
+        largest = self.largest
+        if (
+            largest is not None
+            and size <= largest
+            and not self._may_grow
+            and self.allowed >= self.current
+        ):
+            return  # the common case: only a larger body can change anything now
+        if largest is None or size > largest:
+            self.largest = size
+            self.allowed = in_flight_window(
+                prefetch=self._prefetch, budget_bytes=self._budget, largest_bytes=size
+            )
+        if self.target() is not None:
+            self.wanted.set()
+        elif self._seen >= self.current:
+            # A whole window seen and still no growth: none can come later either (the
+            # allowed window only shrinks), so stop asking.
+            self._may_grow = False
+
+    def target(self) -> int | None:
+        """Return the window the consumer should move to now, or None."""
+        return next_window(
+            current=self.current,
+            allowed=self.allowed,
+            prefetch=self._prefetch,
+            seen=self._seen,
+            may_grow=self._may_grow,
+        )
+
+    def applied(self, window: int, *, whole: bool) -> None:
+        """Record the new consumer's window; not ``whole``: it had to start smaller."""
+        self.current = window
+        self._seen = 0
+        # Smaller because deliveries stayed in flight past REFILL_WAIT_S (held ones): the
+        # next growth would wait for them again, so the channel keeps this window.
+        self._may_grow = self._may_grow and whole
+        if self.target() is not None:
+            self.wanted.set()
+
+
+class RouteConsumer:
+    """One route's consumer on one channel; see the module docstring.
+
+    The settler acks and rejects through it (``AckChannel``), so it knows how many of its
+    deliveries the current consumer still holds, and can hold acks back for a cancel.
+    """
+
+    def __init__(
+        self,
+        channel: Consumer,
+        *,
+        route: str,
+        queue: str,
+        window: InFlightWindow,
+        state: RouteState,
+        settle: Callable[[AckChannel, Delivery], Coroutine[Any, Any, None]],
+    ) -> None:
+        self._channel = channel
+        self._route = route
+        self._queue = queue
+        self._window = window
+        self._state = state
+        self._settle = settle
+        self._tag_base = f"acemq-sidecar.{route}"
+        self.consumer_tag = self._tag_base  # the consumer the broker has now
+        self._consumers = 1
+        self._since = 0  # the current consumer's first delivery tag (tags are per channel)
+        self._last_tag = 0
+        self._holding = 0  # the current consumer's deliveries not acked or rejected yet
+        self._arrival: asyncio.Future[None] | None = None  # the next one's, while awaited
+        self._gate_at: int | None = None  # hold acks once the consumer holds this many
+        self._acks = asyncio.Event()  # cleared while a cancel waits for its cancel-ok
+        self._acks.set()
+
+    # --- what the settler acks on ---
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the channel can still ack."""
+        return self._channel.is_open
+
+    async def ack(self, delivery_tag: int) -> bool:
+        """Ack one delivery (once no cancel waits); False when the channel is gone."""
+        if not self._acks.is_set():  # the common case costs no coroutine
+            await self._acks.wait()
+        if delivery_tag >= self._since:
+            self._holding -= 1
+        return await self._channel.ack(delivery_tag)
+
+    async def reject(self, delivery_tag: int, *, requeue: bool) -> bool:
+        """Reject one delivery (once no cancel waits); False when the channel is gone."""
+        if not self._acks.is_set():
+            await self._acks.wait()
+        if delivery_tag >= self._since:
+            self._holding -= 1
+        return await self._channel.reject(delivery_tag, requeue=requeue)
+
+    async def close(self) -> None:
+        """Close the channel; what is unacked goes back to its queue."""
+        await self._channel.close()
+
+    # --- the consumer's life ---
+
+    async def start(self) -> None:
+        """Start the channel's first consumer."""
+        await self._channel.consume(
+            self._queue,
+            self._deliver,
+            consumer_tag=self.consumer_tag,
+            on_body_size=self._window.note,
+        )
+
+    async def cancel(self) -> None:
+        """Cancel the current consumer (a drain): no more deliveries once it returns."""
+        await self._channel.cancel(self.consumer_tag)
+
+    async def wait_closed(self) -> str:
+        """Return why, once the channel closes or the broker cancels the consumer."""
+        return await self._channel.wait_closed()
+
+    async def _deliver(self, delivery: Delivery) -> None:
+        tag = delivery.delivery_tag
+        self._last_tag = max(self._last_tag, tag)
+        if tag >= self._since:
+            self._holding += 1
+            if self._gate_at is not None and self._holding >= self._gate_at:
+                self._acks.clear()
+                self._gate_at = None
+            arrival, self._arrival = self._arrival, None
+            if arrival is not None and not arrival.done():
+                arrival.set_result(None)
+        await self._settle(self, delivery)
+
+    # --- changing the window ---
+
+    async def follow(self, connection: RelayConnection) -> str:
+        """Re-consume whenever the window should change; return why, if a change failed.
+
+        Runs until cancelled (the route's channel closed, or a stop). A stop cancels a
+        change half-way: ``consumer_tag`` is the new tag before its consume is sent, so a
+        drain's cancel covers whichever consumer the broker has.
+        """
+        window = self._window
+        while True:
+            await window.wanted.wait()
+            if connection.blocked_reason is not None:
+                # The broker reads nothing from a blocked connection: a cancel now would
+                # only time out. Deliveries keep to the current window meanwhile.
+                await connection.wait_unblocked()
+                if not connection.is_open:
+                    return "connection lost"
+                continue
+            window.wanted.clear()
+            if window.target() is None:
+                continue
+            try:
+                reason = await self._reconsume(connection)
+            except (ChannelLostError, MissingEntityError) as e:
+                return str(e)
+            except TimeoutError:
+                return f"the broker did not answer the re-consume within {RECONSUME_TIMEOUT_S:g}s"
+            except Exception as e:
+                log.exception("route %s: unexpected error while re-consuming", self._route)
+                return f"unexpected error while re-consuming: {e!r}"
+            if reason is not None:
+                return reason
+
+    async def _reconsume(self, connection: RelayConnection) -> str | None:
+        """Move to a new consumer on the channel (the module's steps); why not, if it failed."""
+        window, channel = self._window, self._channel
+        old, old_tag = window.current, self.consumer_tag
+        if not await self._until_full(old):  # acks wait from then on
+            # Try again at a later delivery's header (not at once: nothing to fill now).
+            window.wanted.clear()
+            return None
+        if connection.blocked_reason is not None:  # blocked while it filled: after it
+            self._acks.set()
+            window.wanted.set()
+            return None
+        try:
+            async with asyncio.timeout(RECONSUME_TIMEOUT_S):
+                confirmed = await channel.cancel(old_tag)
+        finally:
+            self._acks.set()
+        if not confirmed:
+            return f"the broker did not confirm the cancel of consumer {old_tag}"
+        if channel.consumer_cancelled:
+            return None  # the broker's own cancel: wait_closed has returned, the worker acts
+        # A body larger than the target may have come before the cancel-ok.
+        new = window.target() or old
+        take = await self._room_for(old=old, new=new)
+        self._consumers += 1
+        tag = self.consumer_tag = f"{self._tag_base}#{self._consumers}"
+        # Every delivery from here on is the new consumer's: the old one's all came
+        # before its cancel-ok, and each counted itself (its task starts before ours
+        # resumes).
+        self._since, self._holding = self._last_tag + 1, 0
+        async with asyncio.timeout(RECONSUME_TIMEOUT_S):
+            await channel.qos(take)
+            await channel.consume(
+                self._queue, self._deliver, consumer_tag=tag, on_body_size=window.note
+            )
+        window.applied(take, whole=take == new)
+        extra = {"route": self._route, "window": take, "largest_bytes": window.largest}
+        if take < old:
+            log.info(
+                "route %s: window %d -> %d for bodies of up to %s bytes",
+                self._route,
+                old,
+                take,
+                window.largest,
+                extra=extra,
+            )
+        else:
+            log.debug("route %s: window %d -> %d", self._route, old, take, extra=extra)
+        return None
+
+    async def _until_full(self, window: int) -> bool:
+        """Return True once the consumer holds ``window`` deliveries unsettled, acks held.
+
+        Acks (and rejects) wait from then until the cancel-ok: one made then would give
+        the broker credit to send another delivery, which could be on its way at the
+        cancel. The consumer need not fill by itself (a quorum queue applies acks a little
+        later than they are made), so acks wait while it fills, once it is half full (the
+        sign of a backlog), for as long as deliveries keep coming. False, acks let go,
+        when none came for ``FILL_IDLE_S``: no backlog, and nothing needs a new window yet
+        (a consumer that is not full takes what comes, at most its window, whatever it is).
+        """
+        try:
+            if self._holding >= max(1, window // 2):
+                self._acks.clear()
+            else:
+                # _deliver closes the gate as the delivery that makes it half full comes:
+                # waiting to see it here could let a quick ack through first.
+                self._gate_at = max(1, window // 2)
+                while self._acks.is_set():
+                    await self._next_delivery()
+            while self._holding < window:
+                async with asyncio.timeout(FILL_IDLE_S):
+                    await self._next_delivery()
+        except TimeoutError:
+            self._acks.set()
+            return False
+        except BaseException:
+            self._acks.set()
+            raise
+        finally:
+            self._gate_at = None
+        return True
+
+    async def _next_delivery(self) -> None:
+        """Return once the current consumer's next delivery is counted."""
+        arrival = self._arrival
+        if arrival is None or arrival.done():  # done: given up on by a timeout
+            self._arrival = arrival = asyncio.get_running_loop().create_future()
+        await arrival
+
+    async def _room_for(self, *, old: int, new: int) -> int:
+        """Return the window the new consumer may start with, waiting for room if need be."""
+        state, window = self._state, self._window
+
+        def room() -> int:
+            return refill(old=old, new=new, allowed=window.allowed, in_flight=state.in_flight)
+
+        if room() < new:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(REFILL_WAIT_S):
+                    await state.wait_in_flight_at_most(max(old, window.allowed) - new)
+        while room() == 0:  # every slot held: as the old consumer would, take nothing yet
+            await state.wait_in_flight_at_most(max(old, window.allowed) - 1)
+        return room()
