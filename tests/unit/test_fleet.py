@@ -118,15 +118,22 @@ class QuietChannel:
     consumer_cancelled: bool = False
     closed: asyncio.Event = field(default_factory=asyncio.Event)
 
-    async def consume(self, queue: str, callback: Any, *, consumer_tag: str) -> None:
+    async def consume(
+        self, queue: str, callback: Any, *, consumer_tag: str, on_body_size: Any = None
+    ) -> None:
         """Consume nothing."""
-        del queue, callback, consumer_tag
+        del queue, callback, consumer_tag, on_body_size
 
-    async def cancel(self, consumer_tag: str) -> None:
+    async def qos(self, prefetch_count: int) -> None:
+        """Take any window."""
+        del prefetch_count
+
+    async def cancel(self, consumer_tag: str) -> bool:
         """Return at once, or never: a broker that stopped answering."""
         del consumer_tag
         if self.connection.hang_on_cancel:
             await asyncio.Event().wait()
+        return True
 
     async def wait_closed(self) -> str:
         """Return once closed; the worker waits so once its route consumes."""
