@@ -170,16 +170,22 @@ def route_map(topo: Topology, *, port: int, prefetch: int | None) -> str:
 
 @asynccontextmanager
 async def sidecar(
-    topo: Topology, *, prefetch: int | None = None, cpus: str | None = None
+    topo: Topology,
+    *,
+    prefetch: int | None = None,
+    cpus: str | None = None,
+    executable: Path | None = None,
 ) -> AsyncIterator[int]:
     """Run ``acemq-sidecar run`` (as users run it) on the topology; yield its pid.
 
     ``cpus``: a ``taskset -c`` core list to start it on (its threads inherit it).
+    ``executable``: another build's ``acemq-sidecar`` (bench/ab.py); this venv's by default.
     """
     port = free_port()
     path = Path(tempfile.mkdtemp()) / "bench.yaml"
     path.write_text(route_map(topo, port=port, prefetch=prefetch))
-    command = [str(Path(sys.executable).with_name("acemq-sidecar")), "run", "--config", str(path)]
+    executable = executable or Path(sys.executable).with_name("acemq-sidecar")
+    command = [str(executable), "run", "--config", str(path)]
     env = {**os.environ, "ACEMQ_LOG_LEVEL": "WARNING"}
     if cpus is not None:
         command = ["taskset", "-c", cpus, *command]  # taskset execs the command: same pid

@@ -114,13 +114,19 @@ def broker_pinned(pids: list[int], core: int) -> Iterator[str | None]:
 
 
 async def drain_sidecar(
-    channel: aiormq.abc.AbstractChannel, n: int, *, core: int | None, broker: list[int]
+    channel: aiormq.abc.AbstractChannel,
+    n: int,
+    *,
+    core: int | None,
+    broker: list[int],
+    executable: Path | None = None,
 ) -> dict[str, float]:
     """One sidecar drain: msg/s, and sidecar and broker CPU µs per message."""
     relayed, rejected = expected_split(n)
     async with topology(channel, "sidecar") as topo:
         await fill(channel, topo.staging, n)
-        async with sidecar(topo, cpus=None if core is None else str(core)) as pid:
+        cpus = None if core is None else str(core)
+        async with sidecar(topo, cpus=cpus, executable=executable) as pid:
             # From the moment it consumes: its start-up (imports, connect) is not relaying.
             t0 = await consumer_attached(channel, topo.staging)
             b0, s0 = broker_cpu_s(broker), cpu_s(pid)
