@@ -533,21 +533,13 @@ def tag_of(value: FieldValue) -> str:
 def _encode_table(table: Mapping[str, object], depth: int) -> bytes:
     """Return the length-prefixed bytes of ``table``, nested ``depth`` levels deep."""
     out: list[bytes] = []
+    names = _NAMES
     for name, value in table.items():
-        if type(name) is not str and not isinstance(name, str):
-            raise _FieldError(f"field name {name!r} is of type {type(name).__name__}, not str")
-        try:
-            raw_name = name.encode("utf-8", "surrogateescape")
-        except UnicodeEncodeError as e:
-            raise _FieldError(f"field name is not encodable as UTF-8: {e.reason}").within(
-                name
-            ) from None
-        if len(raw_name) > 255:
-            # pamqp truncates silently; a changed name is a lost header, so refuse instead.
-            raise _FieldError(f"field name is {len(raw_name)} bytes long; AMQP allows 255").within(
-                name
-            )
-        out.append(_U8.pack(len(raw_name)))
+        raw_name = names.get(name) if type(name) is str else None
+        if raw_name is None:
+            raw_name = _encode_name(name)
+            if type(name) is str and len(names) < _NAMES_MAX:
+                names[name] = raw_name
         out.append(raw_name)
         try:
             _encode_value(value, out, depth)
@@ -561,6 +553,28 @@ def _encode_table(table: Mapping[str, object], depth: int) -> bytes:
             raise _FieldError(_range_problem(value)).within(name) from None
     body = b"".join(out)
     return _U32.pack(len(body)) + body
+
+
+# The length-prefixed bytes of the field names met so far: a relay writes the same few
+# dozen names in every message. Bounded, so a stream of made-up names cannot grow it.
+_NAMES: Final[dict[str, bytes]] = {}
+_NAMES_MAX: Final = 4096
+
+
+def _encode_name(name: object) -> bytes:
+    """Return the length-prefixed bytes of a field name, or raise why it cannot be one."""
+    if not isinstance(name, str):
+        raise _FieldError(f"field name {name!r} is of type {type(name).__name__}, not str")
+    try:
+        raw_name = name.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError as e:
+        raise _FieldError(f"field name is not encodable as UTF-8: {e.reason}").within(
+            name
+        ) from None
+    if len(raw_name) > 255:
+        # pamqp truncates silently; a changed name is a lost header, so refuse instead.
+        raise _FieldError(f"field name is {len(raw_name)} bytes long; AMQP allows 255").within(name)
+    return _U8.pack(len(raw_name)) + raw_name
 
 
 def _encode_array(items: Sequence[object], depth: int) -> bytes:
