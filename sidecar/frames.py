@@ -21,14 +21,16 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Final
 
+# PropertyValue and FieldTable are read at run time too: the compiled build
+# (scripts/compile) builds ContentHeader from its annotations.
+from sidecar.contract import PropertyValue  # noqa: TC001
 from sidecar.errors import WireError
-from sidecar.wire import decode_table, encode_table
+from sidecar.wire import FieldTable, decode_table, encode_table
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from sidecar.contract import PropertyValue
-    from sidecar.wire import FieldTable, FieldValue
+    from sidecar.wire import FieldValue
 
 __all__ = [
     "FRAME_BODY",
