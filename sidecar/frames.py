@@ -19,18 +19,16 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, NamedTuple
 
-# PropertyValue and FieldTable are read at run time too: the compiled build
-# (scripts/compile) builds ContentHeader from its annotations.
-from sidecar.contract import PropertyValue  # noqa: TC001
 from sidecar.errors import WireError
-from sidecar.wire import FieldTable, decode_table, encode_table
+from sidecar.wire import decode_table, encode_table
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from sidecar.wire import FieldValue
+    from sidecar.contract import PropertyValue
+    from sidecar.wire import FieldTable, FieldValue
 
 __all__ = [
     "FRAME_BODY",
@@ -108,8 +106,9 @@ class UndecodableTable:
     error: str
 
 
-@dataclass(frozen=True, slots=True)
-class BasicDeliver:
+# The frames' values are NamedTuples, not frozen dataclasses: as immutable, and made in
+# one call, which counts for values made for every message (bench/pipeline.py).
+class BasicDeliver(NamedTuple):
     """The fields of a ``basic.deliver`` method."""
 
     consumer_tag: str
@@ -119,8 +118,7 @@ class BasicDeliver:
     routing_key: str
 
 
-@dataclass(frozen=True, slots=True)
-class BasicReturn:
+class BasicReturn(NamedTuple):
     """The fields of a ``basic.return`` method: a mandatory publish that did not route."""
 
     reply_code: int
@@ -129,8 +127,7 @@ class BasicReturn:
     routing_key: str
 
 
-@dataclass(frozen=True, slots=True)
-class ContentHeader:
+class ContentHeader(NamedTuple):
     """A content header: the body's size, the properties, the header table, the bytes."""
 
     body_size: int
