@@ -176,8 +176,8 @@ def _quarantine_arguments(command: argparse.ArgumentParser) -> None:
 
 
 def _quarantine(args: argparse.Namespace) -> int:
-    from sidecar import quarantine_tool  # noqa: PLC0415 - the I/O stack, for these only
     from sidecar.quarantine import Selection  # noqa: PLC0415
+    from sidecar.quarantine_reader import QuarantineInputError  # noqa: PLC0415 - the I/O stack
 
     try:
         target = _broker_target(args.config, args.url)
@@ -189,7 +189,7 @@ def _quarantine(args: argparse.Namespace) -> int:
     )
     try:
         return _run_loop(_quarantine_command(args, target, selection))
-    except quarantine_tool.QuarantineInputError as e:
+    except QuarantineInputError as e:
         print(f"acemq-sidecar quarantine: {e}", file=sys.stderr)
         return EXIT_USAGE
     except ConnectionError as e:  # the text never holds the password

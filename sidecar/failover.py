@@ -1,8 +1,8 @@
 """Which broker address to try next: the nodes of a cluster, shuffled once, then in turn.
 
-Pure: no I/O, no clock. The service asks :meth:`Failover.next_address` before each
+Pure: no I/O, no clock. The dialer asks :meth:`Failover.next_address` before each
 connection attempt and reports what came of it; this module decides the order and when a
-whole round has failed (then, and only then, the service backs off).
+whole round has failed (then, and only then, the dialer backs off).
 
 The conventions followed: the RabbitMQ Java client takes a list of addresses and tries
 them one after the other until one answers, and the shovel takes a list of URIs and picks

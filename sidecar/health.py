@@ -24,7 +24,8 @@ from prometheus_client.exposition import choose_encoder
 
 from sidecar.address import host_port
 from sidecar.errors import HealthBindError
-from sidecar.http_server import HttpServer, Limits, Reply, Request, listen
+from sidecar.http_exchange import Reply, Request
+from sidecar.http_server import HttpServer, Limits, listen
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping

@@ -1,8 +1,10 @@
 """A small HTTP/1.1 server with hard bounds, running its own event loop in one thread.
 
-This module owns sockets, descriptors and time for the HTTP side; h11 parses and writes
-HTTP, so no HTTP syntax is handled here. It knows nothing of the endpoints: the
-``respond`` callable it is given turns each ``Request`` into a ``Reply``.
+This module owns the listener, the connections and their count, descriptors and the
+serving thread; one connection's request and answer are ``sidecar.http_exchange``'s
+(h11 parses and writes HTTP, so no HTTP syntax is handled in either). It knows nothing
+of the endpoints: the ``respond`` callable it is given turns each ``Request`` into a
+``Reply``.
 
 The bounds, so that no client (a slowloris flood included) can starve the relay:
 
@@ -16,7 +18,8 @@ The bounds, so that no client (a slowloris flood included) can starve the relay:
   newcomer is closed at once. Nothing is queued beyond the kernel's listen backlog;
 - a whole request head within ``request_timeout_s`` of the accept, however slowly its
   bytes trickle in, and the response written within ``response_timeout_s``;
-- a request head of at most ``MAX_REQUEST_HEAD_BYTES``; a body is never read;
+- a request head of at most ``MAX_REQUEST_HEAD_BYTES`` (``sidecar.http_exchange``); a
+  body is never read;
 - one request per connection (``Connection: close``), so a deadline is a connection's;
 - when accepting fails for want of descriptors (EMFILE, ENFILE) or memory, accepting
   pauses ``accept_retry_s`` instead of spinning on a listener that stays readable;
@@ -35,26 +38,23 @@ import resource
 import socket
 import threading
 from dataclasses import dataclass, field
-from email.utils import formatdate
-from http import HTTPStatus
 from typing import TYPE_CHECKING
 
-import h11
+from sidecar.http_exchange import exchange
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable
+
+    from sidecar.http_exchange import Reply, Request
 
 __all__ = [
     "ACCEPT_RETRY_S",
     "MAX_CONNECTIONS",
-    "MAX_REQUEST_HEAD_BYTES",
     "REQUEST_TIMEOUT_S",
     "RESERVED_DESCRIPTORS",
     "RESPONSE_TIMEOUT_S",
     "HttpServer",
     "Limits",
-    "Reply",
-    "Request",
     "connection_budget",
     "listen",
 ]
@@ -83,9 +83,6 @@ RESERVED_DESCRIPTORS = 32
 event loops and their wake-up pipes, standard streams, the route map file, a TLS context's
 files, with room to spare (the sidecar uses about 15)."""
 
-MAX_REQUEST_HEAD_BYTES = 16 * 1024
-"""Request line plus headers; more is answered 431 (h11's own default)."""
-
 LISTEN_BACKLOG = 128
 """Connections the kernel completes before they are accepted (socket.listen's default)."""
 
@@ -93,30 +90,8 @@ LOG_INTERVAL_S = 60.0
 """A condition that repeats under load (connections refused, accepts paused) is logged at
 most once per interval, with how often it happened since the last line."""
 
-_RECV_BYTES = 4096
 _OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 _CLIENT_GAVE_UP = frozenset({errno.ECONNABORTED, errno.EPROTO})
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Request:
-    """What a client asked: the method, the request target, and headers by lower-case name.
-
-    A header sent more than once keeps its last value.
-    """
-
-    method: str
-    target: str
-    headers: Mapping[str, str]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Reply:
-    """What to answer: the body is sent for every method but HEAD."""
-
-    status: HTTPStatus
-    content_type: str
-    body: bytes
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -336,7 +311,7 @@ class HttpServer:
                     _close(sock)
                     continue
             connection = _Connection(sock)
-            task = tasks.create_task(self._handle(connection), name=f"{self._name}-connection")
+            task = tasks.create_task(self._serve_one(connection), name=f"{self._name}-connection")
             connection.task = task
             self._connections[task] = connection
             task.add_done_callback(self._forget)
@@ -373,93 +348,17 @@ class HttpServer:
         if connection is not None:
             _close(connection.sock)  # also for a task cancelled before it ever ran
 
-    async def _handle(self, connection: _Connection) -> None:
-        """Read one request within the deadline, answer it, close."""
-        loop = asyncio.get_running_loop()
-        sock = connection.sock
-        parser = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_REQUEST_HEAD_BYTES)
-        try:
-            try:
-                async with asyncio.timeout(self._limits.request_timeout_s):
-                    request = await _read_request(parser, sock, loop)
-            except h11.RemoteProtocolError as e:
-                status = HTTPStatus(e.error_status_hint)
-                reply, head_only = (
-                    Reply(status=status, content_type=_TEXT, body=_bad(status)),
-                    False,
-                )
-            else:
-                if request is None:  # the client closed without a request
-                    return
-                reply, head_only = self._answer(request), request.method == "HEAD"
+    async def _serve_one(self, connection: _Connection) -> None:
+        def answering() -> None:
             connection.reading = False
-            data = _encode(parser, reply, head_only=head_only)
-            async with asyncio.timeout(self._limits.response_timeout_s):
-                await loop.sock_sendall(sock, data)
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_WR)
-        except TimeoutError:
-            logger.debug("HTTP connection cut at its deadline")
-        except (OSError, h11.ProtocolError):
-            logger.debug("HTTP connection failed", exc_info=True)
 
-    def _answer(self, request: Request) -> Reply:
-        try:
-            return self._respond(request)
-        except Exception as e:  # a task boundary: a broken endpoint answers 500
-            logger.warning("answering %s %s failed", request.method, request.target, exc_info=True)
-            return Reply(
-                status=HTTPStatus.INTERNAL_SERVER_ERROR,
-                content_type=_TEXT,
-                body=f"{type(e).__name__}: {e}\n".encode(errors="replace"),
-            )
-
-
-_TEXT = "text/plain; charset=utf-8"
-
-
-async def _read_request(
-    parser: h11.Connection, sock: socket.socket, loop: asyncio.AbstractEventLoop
-) -> Request | None:
-    """Feed ``parser`` from ``sock`` until it has a request head; None if the client left."""
-    while True:
-        event = parser.next_event()
-        if event is h11.NEED_DATA:
-            parser.receive_data(await loop.sock_recv(sock, _RECV_BYTES))
-            continue
-        if isinstance(event, h11.Request):
-            headers = {
-                name.decode("latin-1"): value.decode("latin-1") for name, value in event.headers
-            }
-            return Request(
-                method=event.method.decode("ascii"),
-                target=event.target.decode("ascii", errors="replace"),
-                headers=headers,
-            )
-        return None  # ConnectionClosed: nothing else comes before a request
-
-
-def _encode(parser: h11.Connection, reply: Reply, *, head_only: bool) -> bytes:
-    """Return the response's bytes: status, headers, and the body unless ``head_only``."""
-    headers = [
-        ("Content-Type", reply.content_type),
-        ("Content-Length", str(len(reply.body))),
-        ("Cache-Control", "no-store"),
-        ("Date", formatdate(usegmt=True)),
-        ("Connection", "close"),
-    ]
-    status = reply.status
-    data = parser.send(
-        h11.Response(status_code=int(status), headers=headers, reason=status.phrase.encode())
-    )
-    if not head_only:
-        data = (data or b"") + (parser.send(h11.Data(data=reply.body)) or b"")
-    return (data or b"") + (parser.send(h11.EndOfMessage()) or b"")
-
-
-def _bad(status: HTTPStatus) -> bytes:
-    # Not h11's message: it quotes the client's bytes, which are not ours to echo.
-    return f"bad request: {status.phrase.lower()}\n".encode()
+        await exchange(
+            connection.sock,
+            respond=self._respond,
+            request_timeout_s=self._limits.request_timeout_s,
+            response_timeout_s=self._limits.response_timeout_s,
+            on_answer=answering,
+        )
 
 
 def _close(sock: socket.socket) -> None:

@@ -1,10 +1,10 @@
 """The I/O of ``acemq-sidecar quarantine list`` and ``replay``: read a queue, put it back.
 
-It owns the reading of a quarantine queue without changing it: every message is consumed
-with manual acks and none is acked (``list``), or only a replayed one, after the broker
-confirmed its original back in staging (``replay``); closing the channels gives every
-other message back to the broker, in order. A kill at any moment loses nothing: the broker
-requeues what the connection held. The rows, the filters (:mod:`sidecar.quarantine`) and
+The queue is read without changing it (:mod:`sidecar.quarantine_reader`): none of its
+messages is acked (``list``), or only a replayed one, after the broker confirmed its
+original back in staging (``replay``); closing the channels gives every other message
+back to the broker, in order. A kill at any moment loses nothing: the broker requeues
+what the connection held. The rows, the filters (:mod:`sidecar.quarantine`) and
 the original's headers (:mod:`sidecar.settlement`, :mod:`sidecar.contract`) are the pure
 core's; this module must not decide what a row says or how a replay is stamped.
 """
@@ -17,27 +17,27 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, TextIO
 
-from sidecar.amqp import ChannelLostError, MissingEntityError, PublishOutcome, connect
+from sidecar.amqp import ChannelLostError, PublishOutcome, connect
 from sidecar.contract import stamp_replay
-from sidecar.errors import SidecarError, WireError
+from sidecar.errors import WireError
 from sidecar.quarantine import row_of
+from sidecar.quarantine_reader import INTERRUPTIONS, QuarantineInputError, QueueReader, queue_depth
 from sidecar.settlement import QUARANTINED_FROM, original_headers
 
 if TYPE_CHECKING:
     import ssl
-    from collections.abc import AsyncGenerator, Callable, Coroutine
-    from typing import Any
+    from collections.abc import Callable
 
     from sidecar.address import BrokerAddress
     from sidecar.amqp import Channel, Connection, Delivery
     from sidecar.clock import Clock
     from sidecar.contract import PropertyValue
     from sidecar.quarantine import QuarantinedMessage, Selection
+    from sidecar.quarantine_reader import Held
     from sidecar.wire import FieldValue
 
 __all__ = [
     "BrokerTarget",
-    "QuarantineInputError",
     "ReadReport",
     "Replay",
     "ReplayReport",
@@ -48,18 +48,10 @@ __all__ = [
     "replay_messages",
 ]
 
-PREFETCH_MAX: Final = 65_535  # basic.qos's prefetch-count is 16 bits; 0 would mean no limit
-WINDOW_MIN: Final = 1_000  # deliveries one channel holds unacked (memory: a window of bodies)
-CHANNELS_TARGET: Final = 1_000  # below RabbitMQ's default channel_max (2047)
-IDLE_S: Final = 2.0  # no delivery this long: ask the broker whether any is left to come
 PUBLISHES_IN_FLIGHT: Final = 256  # replays published and awaiting their confirm at once
 SLOW_CONFIRM_S: Final = 30.0
 DELIVERY_COUNT: Final = "x-delivery-count"  # a quorum queue's annotation of its own deliveries
 CONNECTION_NAME: Final = "acemq-sidecar quarantine"
-
-
-class QuarantineInputError(SidecarError):
-    """The command cannot act as asked: a queue that does not exist, a bad destination."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -81,114 +73,6 @@ async def open_connection(target: BrokerTarget) -> Connection:
         ssl_context=target.ssl_context,
         name=CONNECTION_NAME,
     )
-
-
-async def queue_depth(connection: Connection, queue: str) -> tuple[int, int]:
-    """Return (messages ready, consumers); raise QuarantineInputError if there is no queue."""
-    try:
-        counts = await connection.declare_passive(queue)
-    except MissingEntityError as e:
-        raise QuarantineInputError(
-            f'queue "{queue}" does not exist (check the name: `rabbitmqctl list_queues name`)'
-        ) from e
-    return counts.messages, counts.consumers
-
-
-# What can end a reading half-way; what was not acked is back in the queue.
-_INTERRUPTIONS: Final = (ChannelLostError, ConnectionError, QuarantineInputError)
-
-
-# --- reading a queue without changing it ------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Held:
-    """A delivery held unacked on its channel: ack it there, or leave it to go back."""
-
-    channel: Channel
-    delivery: Delivery
-
-
-def window_for(total: int) -> int:
-    """Return how many deliveries one channel holds: bounded memory, a bounded channel count.
-
-    Every message read stays unacked, so each channel's prefetch fills once and the next
-    channel takes the next window; ``basic.qos`` caps a window at 65,535.
-    """
-    return max(1, min(PREFETCH_MAX, total, max(WINDOW_MIN, -(-total // CHANNELS_TARGET))))
-
-
-class QueueReader:
-    """Deliver the first ``total`` messages of a queue in its order, holding every one.
-
-    One consumer at a time: a channel consumes until it has taken its window, then its
-    consumer is cancelled (its deliveries stay unacked on it) and the next channel takes
-    the next window, so deliveries arrive in the queue's order. ``close`` closes the
-    channels in the order they were opened, so the broker puts them back in that order.
-    """
-
-    def __init__(self, connection: Connection, queue: str, *, total: int, tag: str) -> None:
-        self._connection = connection
-        self._queue = queue
-        self._total = total
-        self._tag = tag
-        self._channels: list[Channel] = []
-        self.read = 0
-        self.shrank = False  # the queue held fewer messages than counted at the start
-
-    async def deliveries(self) -> AsyncGenerator[Held, None]:
-        """Yield held deliveries until ``total`` came, or the queue has none left to give."""
-        window = window_for(self._total)
-        while self.read < self._total:
-            want = min(window, self._total - self.read)
-            channel = await self._connection.channel(prefetch=want)
-            self._channels.append(channel)
-            inbox: asyncio.Queue[Delivery] = asyncio.Queue()
-            tag = f"{self._tag}.{len(self._channels)}"
-            await channel.consume(self._queue, _into(inbox), consumer_tag=tag)
-            taken = 0
-            while taken < want:
-                delivery = await self._next(inbox, channel)
-                if delivery is None:
-                    self.shrank = True
-                    return
-                taken += 1
-                self.read += 1
-                yield Held(channel, delivery)
-            await channel.cancel(tag)
-            # What the broker sent before the cancel (acks freed room in the window) is the
-            # queue's next messages: they come before the next channel's.
-            while not inbox.empty() and self.read < self._total:
-                self.read += 1
-                yield Held(channel, inbox.get_nowait())
-
-    async def _next(self, inbox: asyncio.Queue[Delivery], channel: Channel) -> Delivery | None:
-        while True:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(IDLE_S):
-                    return await inbox.get()
-            if not channel.is_open:
-                raise ChannelLostError(f"the channel closed while reading {self._queue!r}")
-            # Nothing for a while: if nothing is ready either, the queue shrank (another
-            # consumer, an expiry) and no more will come.
-            ready, _ = await queue_depth(self._connection, self._queue)
-            if ready == 0 and inbox.empty():
-                return None
-
-    async def close(self) -> None:
-        """Close every channel, oldest first: all that was not acked goes back, in order."""
-        for channel in self._channels:
-            await channel.close()
-
-
-def _into(inbox: asyncio.Queue[Delivery]) -> Callable[[Delivery], Coroutine[Any, Any, None]]:
-    # Not an async def: the delivery is queued when its last frame is read, not when a task
-    # runs, so that after basic.cancel returns every delivery sent before it is in the inbox.
-    def on_delivery(delivery: Delivery) -> Coroutine[Any, Any, None]:
-        inbox.put_nowait(delivery)
-        return asyncio.sleep(0)
-
-    return on_delivery
 
 
 # --- list -----------------------------------------------------------------------------------
@@ -245,7 +129,7 @@ async def list_messages(
                     on_row(row)
                     if selection.limit is not None and report.selected >= selection.limit:
                         break
-    except _INTERRUPTIONS as e:
+    except INTERRUPTIONS as e:
         report.interrupted = str(e)
     finally:
         report.read, report.shrank = reader.read, reader.shrank
@@ -431,7 +315,7 @@ async def replay_messages(
                 bar.update(report)
                 if selection.limit is not None and report.read.selected >= selection.limit:
                     break
-    except* _INTERRUPTIONS as group:
+    except* INTERRUPTIONS as group:
         report.read.interrupted = str(group.exceptions[0])
     finally:
         report.read.read, report.read.shrank = reader.read, reader.shrank

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 from typing import TYPE_CHECKING
 
 from sidecar.amqp import ChannelLostError, MissingEntityError
@@ -32,13 +31,9 @@ from sidecar.settler import Settler
 from sidecar.waits import first_of, sleep_unless
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from sidecar.amqp import Consumer, RelayConnection
-    from sidecar.clock import Clock
     from sidecar.delivery import Delivery
-    from sidecar.metrics import Metrics
-    from sidecar.routes import Route
+    from sidecar.route_context import RouteContext
 
 __all__ = ["InFlightWindow", "RouteWorker"]
 
@@ -83,36 +78,17 @@ class InFlightWindow:
 class RouteWorker:
     """Consumes one route's staging queue and settles every delivery it receives."""
 
-    def __init__(
-        self,
-        route: Route,
-        *,
-        quarantine_exchange: str,
-        login: str,
-        metrics: Metrics,
-        clock: Clock,
-        new_id: Callable[[], str],
-        rng: random.Random | None = None,
-    ) -> None:
-        self.route = route
-        self._quarantine_exchange = quarantine_exchange
-        self._clock = clock
-        self._backoff = Backoff(rng=rng or random.Random())  # noqa: S311 - jitter, not security
+    def __init__(self, context: RouteContext) -> None:
+        route = self.route = context.route
+        self._quarantine_exchange = context.quarantine_exchange
+        self._clock = context.clock
+        self._backoff = Backoff(rng=context.rng)
         self._stop = asyncio.Event()
         self._log = RouteLog(route.name)
-        self.state = RouteState(route.name, metrics=metrics, log=self._log, clock=clock)
-        self._settler = Settler(
-            route,
-            quarantine_exchange=quarantine_exchange,
-            login=login,
-            metrics=metrics,
-            clock=clock,
-            new_id=new_id,
-            state=self.state,
-            log=self._log,
-            stop=self._stop,
-            rng=self._backoff.rng,
+        self.state = RouteState(
+            route.name, metrics=context.metrics, log=self._log, clock=context.clock
         )
+        self._settler = Settler(context, state=self.state, log=self._log, stop=self._stop)
         self._consumer_tag = f"acemq-sidecar.{route.name}"
         self._window = InFlightWindow(
             prefetch=route.prefetch, budget_bytes=route.limits.max_in_flight_bytes

@@ -1,6 +1,6 @@
 """What a reload changes: the old and the new route map compared, route by route.
 
-This module owns the decision; ``service`` carries it out (stopping and starting workers,
+This module owns the decision; ``fleet`` carries it out (stopping and starting workers,
 adding and removing a route's metrics). Pure: two maps in, one plan out.
 
 A route is restarted, not changed in place, whenever anything it runs with differs: its

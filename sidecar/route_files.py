@@ -3,23 +3,29 @@
 The shell step around the pure parser (``route_parse``): it passes the parser the one
 check that reads more files, the TLS files, so that all three refuse a missing or wrong
 certificate the same way, as a ``ConfigError`` at its key's line, before any message is
-touched.
+touched. ``RouteMapFile`` is the file as a reload sees it: read again, or noticed changed.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from sidecar.route_parse import load_route_map
 from sidecar.tls import client_context
+from sidecar.waits import sleep_unless
 
 if TYPE_CHECKING:
+    import asyncio
     import os
     from collections.abc import Mapping
+    from pathlib import Path
 
     from sidecar.route_map import RouteMap, TlsConfig
 
-__all__ = ["load_config"]
+__all__ = ["RouteMapFile", "load_config"]
+
+log = logging.getLogger("sidecar.service")  # the process's lines, whichever module writes them
 
 
 def load_config(path: str | os.PathLike[str], *, env: Mapping[str, str]) -> RouteMap:
@@ -29,3 +35,46 @@ def load_config(path: str | os.PathLike[str], *, env: Mapping[str, str]) -> Rout
 
 def _check_tls(tls: TlsConfig) -> None:
     client_context(tls)  # built to be thrown away: what fails here would fail at connect
+
+
+class RouteMapFile:
+    """The route map's file, or None for a map that came from elsewhere (nothing to reload)."""
+
+    def __init__(self, path: Path | None, *, env: Mapping[str, str]) -> None:
+        self._path = path
+        self._env = env
+        self._stamp = self._stat()  # what the last look or read saw: mtime and size
+
+    def changed(self) -> bool:
+        """Return True once for each change to the file since the last look or read."""
+        stamp = self._stat()
+        if stamp is None or stamp == self._stamp:
+            return False
+        self._stamp = stamp
+        return True
+
+    async def watch(self, changed: asyncio.Event, *, stop: asyncio.Event, poll_s: float) -> None:
+        """Look every ``poll_s`` until ``stop``; set ``changed`` when the file changed."""
+        while not stop.is_set():
+            await sleep_unless(stop, poll_s)
+            if self.changed():
+                log.info("route map file changed; reloading")
+                changed.set()
+
+    def load(self) -> RouteMap | None:
+        """Read the file again (None without one); raise ``ConfigError`` on a problem."""
+        if self._path is None:
+            return None
+        # Stamp before reading: the poller then skips this version (one edit plus SIGHUP
+        # is one reload) but still sees a write that lands while we read.
+        self._stamp = self._stat()
+        return load_config(self._path, env=self._env)
+
+    def _stat(self) -> tuple[int, int] | None:
+        if self._path is None:
+            return None
+        try:
+            stat = self._path.stat()
+        except OSError:
+            return None
+        return (stat.st_mtime_ns, stat.st_size)

@@ -7,13 +7,10 @@ them. Two questions, each a total function over closed sets:
   target exchange or a ``Quarantine`` of the original;
 - ``after_publish``: what the broker's answer to that publish means, ``Done`` (ack it),
   ``Quarantine`` (publish the original to quarantine instead) or ``Hold`` (keep the
-  delivery unacked and try the same publish again later);
-- ``after_refusal``: what a publish channel the broker closed means for the delivery
-  whose publish it took down: retry it ``Alone`` on a fresh channel to learn whether the
-  refusal was its own, ``Quarantine`` it (or ``DeadLetter`` it) with the broker's words,
-  or ``Hold`` it for a retry;
-- ``after_hold``: how long a held delivery may still wait, or that it must go to
-  quarantine (or be dead-lettered) before the broker's consumer_timeout takes it back.
+  delivery unacked and try the same publish again later).
+
+What a refused or held delivery becomes next (``after_refusal``, ``after_hold``) is
+decided in ``sidecar.settlement_holds``.
 
 And the one shape of a quarantine copy (DESIGN.md): the original's body and properties,
 its headers as received plus the reason and the staging queue.
@@ -38,7 +35,6 @@ if TYPE_CHECKING:
     from sidecar.wire import FieldValue
 
 __all__ = [
-    "ACCESS_REFUSED",
     "ORIGINAL_ERROR",
     "ORIGINAL_HEADERS",
     "QUARANTINED_FROM",
@@ -47,15 +43,10 @@ __all__ = [
     "DeadLetter",
     "Done",
     "Hold",
-    "HoldLimits",
     "Outcome",
     "Quarantine",
     "Target",
-    "Wait",
-    "after_hold",
     "after_publish",
-    "after_refusal",
-    "blocked",
     "bounded",
     "in_flight_window",
     "log_origin",
@@ -73,19 +64,6 @@ ORIGINAL_ERROR = "acemq-original-error"
 REASON_MAX = 4096  # characters of a reason kept in x-acemq-error and in a log line
 SHORT_REASON_MAX = 300  # a reason and a note that fit the smallest frame the broker allows
 ORIGIN_LOG_MAX = 200  # characters of an origin in a log line
-
-ACCESS_REFUSED = 403
-PRECONDITION_FAILED = 406
-# Channel-closing refusals the broker gives again for the same publish, whatever the
-# retry: no write permission, an internal exchange (403); a message above
-# max_message_size, a user_id that is not the login (406).
-REPEATED_REFUSALS = frozenset({ACCESS_REFUSED, PRECONDITION_FAILED})
-# Shares of the broker's consumer_timeout: a held copy goes to quarantine at the first,
-# a quarantine copy nobody takes is dead-lettered at the second; the rest is margin for
-# the quarantine publish, the reject, and the broker's own timer.
-QUARANTINE_SHARE = 0.5
-DEAD_LETTER_SHARE = 0.75
-DEADLINE_SLACK_S = 0.001  # a wait that ends this close to its deadline has reached it
 
 
 class Outcome(StrEnum):
@@ -169,22 +147,6 @@ class DeadLetter:
     """
 
     reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class Wait:
-    """Keep holding the delivery; try again after ``delay_s``."""
-
-    delay_s: float
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class HoldLimits:
-    """The bounds on holding one delivery (the route map's broker section)."""
-
-    consumer_timeout_s: float
-    nack_max_attempts: int
-    nack_max_s: float
 
 
 Plan: TypeAlias = Copy | Quarantine
@@ -284,66 +246,6 @@ def _after_quarantine(published: PublishOutcome, *, exchange: str, route: str) -
     )
 
 
-def after_refusal(
-    code: int, text: str, plan: Plan, *, alone: bool, exchange: str
-) -> Quarantine | DeadLetter | Alone | Hold:
-    """Return what the broker closing the publish channel means for this delivery.
-
-    ``code`` and ``text`` are the broker's channel.close; ``alone`` says whether this
-    publish was the only one on its channel; ``exchange`` is where the plan published. A
-    refusal the broker repeats (403, 406) on a channel shared with other publishes may be
-    another one's: the delivery is tried again alone. Alone, it is its own: the copy goes
-    to quarantine with the broker's words, and a quarantine copy the broker refuses so is
-    dead-lettered. Any other code may pass: the publish is retried (held).
-    """
-    words = f'the broker refused a publish to exchange "{exchange}": {code} {text}'
-    if code not in REPEATED_REFUSALS:
-        return Hold(f"{words}; retrying on a new channel", may_duplicate=True)
-    if not alone:
-        return Alone(words)
-    match plan:
-        case Copy():
-            return Quarantine(words)
-        case Quarantine(reason=reason):
-            return DeadLetter(f"{bounded(reason)}; and the quarantine copy was refused: {words}")
-        case _:
-            assert_never(plan)
-
-
-def after_hold(
-    hold: Hold, plan: Plan, *, attempts: int, held_s: float, delay_s: float, limits: HoldLimits
-) -> Wait | Quarantine | DeadLetter:
-    """Return how long a held delivery may still wait, or where it must go now.
-
-    ``attempts`` publishes of the plan were held so far, the delivery arrived ``held_s``
-    ago, and the route's backoff would wait ``delay_s``. A copy the broker keeps refusing
-    goes to quarantine (reason: what the broker said, for how long) after
-    ``nack_max_attempts`` or ``nack_max_s``, and in any case at half the broker's
-    consumer_timeout; a quarantine copy nobody takes is dead-lettered at three quarters of
-    it. The wait never runs past the deadline.
-    """
-    timeout_s = limits.consumer_timeout_s
-    match plan:
-        case Copy():
-            deadline_s = min(limits.nack_max_s, timeout_s * QUARANTINE_SHARE)
-            if attempts >= limits.nack_max_attempts or held_s >= deadline_s - DEADLINE_SLACK_S:
-                return Quarantine(
-                    f"{bounded(hold.reason)} ({attempts} attempts over {held_s:.1f}s; given up"
-                    f" after {limits.nack_max_attempts} attempts or {deadline_s:g}s, before the"
-                    f" broker's consumer_timeout of {timeout_s:g}s)"
-                )
-        case Quarantine(reason=reason):
-            deadline_s = timeout_s * DEAD_LETTER_SHARE
-            if held_s >= deadline_s - DEADLINE_SLACK_S:
-                return DeadLetter(
-                    f"{bounded(reason)}; and for {held_s:.1f}s: {bounded(hold.reason)}"
-                    f" (dead-lettered before the broker's consumer_timeout of {timeout_s:g}s)"
-                )
-        case _:
-            assert_never(plan)
-    return Wait(max(0.0, min(delay_s, deadline_s - held_s)))
-
-
 def in_flight_window(*, prefetch: int, budget_bytes: int, largest_bytes: int | None) -> int:
     """Return the prefetch that keeps the route's bodies in flight within the byte budget.
 
@@ -358,11 +260,6 @@ def in_flight_window(*, prefetch: int, budget_bytes: int, largest_bytes: int | N
     return max(1, min(prefetch, budget_bytes // max(1, largest_bytes)))
 
 
-def blocked(reason: str) -> str:
-    """Return the /readyz reason for a delivery waiting while the broker blocks publishing."""
-    return f'the broker blocked the connection ("{reason}"); nothing is published until it unblocks'
-
-
 def unencodable(error: Exception) -> Quarantine:
     """Return the decision for a normalised copy that cannot be written as AMQP."""
     return Quarantine(f"the normalised message cannot be encoded: {error}")
@@ -374,14 +271,6 @@ def internal_error(error: Exception) -> Quarantine:
     Quarantine, not requeue: a requeued message would meet the same bug again, for ever.
     """
     return Quarantine(f"internal error: {error!r}")
-
-
-def slow_confirm(exchange: str, *, limit_s: float) -> str:
-    """Return the /readyz reason for a publish still waiting for its confirm."""
-    return (
-        f'no confirm from the broker within {limit_s:.0f}s for a publish to exchange "{exchange}"'
-        " (a memory or disk alarm?); still waiting, it will not be sent twice"
-    )
 
 
 # --- the quarantine copy -------------------------------------------------------------------

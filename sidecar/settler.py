@@ -1,10 +1,10 @@
 """The I/O of one delivery: plan once, publish until the broker takes it, ack.
 
 ``Settler`` carries out what ``sidecar.settlement`` decides for each delivery a route's
-``RouteWorker`` hands it: publishes on the route's publish lane (``sidecar.publish_lane``),
-the ack (or the reject) on the channel the delivery came on, holds with their own backoff
-on a channel that stays open. Its one rule is the relay's: a delivery is acked only after
-the broker confirmed its normalised copy, or its quarantine copy.
+``RouteWorker`` hands it: the plan made once, each publish of it (``PlanPublisher``, on the
+route's publish lane), the holds with their own backoff on a channel that stays open, and
+the ack on the channel the delivery came on. Its one rule is the relay's: a delivery is
+acked only after the broker confirmed its normalised copy, or its quarantine copy.
 """
 
 from __future__ import annotations
@@ -12,60 +12,42 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, assert_never
 
-from sidecar.amqp import ChannelClosedError, ChannelLostError, MissingEntityError
+from sidecar.amqp import ChannelLostError, MissingEntityError
 from sidecar.backoff import Backoff
 from sidecar.contract import Policy
-from sidecar.delivery import PublishOutcome
-from sidecar.errors import WireError
+from sidecar.plan_publisher import PlanPublisher
 from sidecar.producers import producer_of
 from sidecar.route_state import HeldDelivery
 from sidecar.routes import Mode
 from sidecar.settlement import (
     Alone,
-    Copy,
     DeadLetter,
     Done,
     Hold,
-    HoldLimits,
     Outcome,
     Quarantine,
     Target,
-    Wait,
-    after_hold,
-    after_publish,
-    after_refusal,
-    blocked,
     internal_error,
     plan_delivery,
-    quarantine_copy,
-    reason_only,
-    slow_confirm,
-    unencodable,
 )
+from sidecar.settlement_holds import HoldLimits, Wait, after_hold, blocked
 from sidecar.waits import first_of, sleep_unless
 
 if TYPE_CHECKING:
     import asyncio
     import random
-    from collections.abc import Callable
 
-    from sidecar.amqp import Consumer, Publisher, RelayConnection
-    from sidecar.clock import Clock
-    from sidecar.contract import PropertyValue
+    from sidecar.amqp import Consumer, RelayConnection
     from sidecar.delivery import Delivery
-    from sidecar.metrics import Metrics
     from sidecar.publish_lane import PublishLane
+    from sidecar.route_context import RouteContext
     from sidecar.route_log import RouteLog
     from sidecar.route_state import RouteState
-    from sidecar.routes import Route
-    from sidecar.settlement import Decision, Plan
-    from sidecar.wire import FieldValue
+    from sidecar.settlement import Plan
 
-__all__ = ["CONFIRM_TIMEOUT_S", "Settler"]
+__all__ = ["Settler"]
 
 log = logging.getLogger("sidecar.relay")  # the relay's lines, whichever module writes them
-
-CONFIRM_TIMEOUT_S = 30.0  # after this a publish without a confirm is reported, not resent
 
 
 class _Retries:
@@ -88,46 +70,39 @@ class Settler:
     """Settles one route's deliveries: plan once, publish until the broker takes it, ack.
 
     The plan and the reading of every broker answer are ``sidecar.settlement``'s; this
-    class does the I/O they call for: publishes on the route's publish lane, the ack (or
-    the reject) on the channel the delivery came on.
+    class runs the loop they call for and acks, its ``PlanPublisher`` publishes each time
+    (and rejects what nothing takes).
     """
 
     def __init__(
         self,
-        route: Route,
+        context: RouteContext,
         *,
-        quarantine_exchange: str,
-        login: str,
-        metrics: Metrics,
-        clock: Clock,
-        new_id: Callable[[], str],
         state: RouteState,
         log: RouteLog,
         stop: asyncio.Event,
-        rng: random.Random,
     ) -> None:
-        self.route = route
+        route = self.route = context.route
         self._target = Target(
             queue=route.queue,
             exchange=route.exchange,
             routing_key=route.routing_key,
             audit=route.mode is Mode.AUDIT,
-            policy=Policy(publishers=route.publishers, origin=route.origin, login=login),
+            policy=Policy(publishers=route.publishers, origin=route.origin, login=context.login),
         )
         self._limits = HoldLimits(
             consumer_timeout_s=route.limits.consumer_timeout_s,
             nack_max_attempts=route.limits.nack_max_attempts,
             nack_max_s=route.limits.nack_max_s,
         )
-        self._quarantine_exchange = quarantine_exchange
-        self._login = login
-        self._metrics = metrics
-        self._clock = clock
-        self._new_id = new_id
+        self._metrics = context.metrics
+        self._clock = context.clock
+        self._new_id = context.new_id
         self._state = state
         self._log = log
         self._stop = stop
-        self._rng = rng
+        self._rng = context.rng
+        self._publisher = PlanPublisher(context, stop=stop)
         self._lane: PublishLane | None = None
         self._connection: RelayConnection | None = None
 
@@ -154,7 +129,7 @@ class Settler:
             assert lane is not None  # noqa: S101 - attached before consuming starts
             result = await self._carry_out(consumer, lane, delivery, held, started=started)
             if isinstance(result, DeadLetter):
-                await self._dead_letter(consumer, delivery, result.reason)
+                await self._publisher.dead_letter(consumer, delivery, result.reason)
             elif result is not None and await consumer.ack(delivery.delivery_tag):
                 self._metrics.observe_message(route, result, self._clock.monotonic() - started)
                 held.release()
@@ -210,7 +185,9 @@ class Settler:
         while True:
             if not await self._unblocked(held):
                 return None  # stopping while blocked: the broker redelivers it
-            decision = await self._attempt(lane, delivery, plan, held, alone=retries.alone)
+            decision = await self._publisher.attempt(
+                lane, delivery, plan, held, alone=retries.alone
+            )
             after: Wait | Quarantine | DeadLetter | None
             match decision:
                 case Done(outcome=outcome):
@@ -281,158 +258,3 @@ class Settler:
         held.take(blocked(reason))
         await first_of(connection.wait_unblocked(), self._stop.wait())
         return not self._stop.is_set()
-
-    async def _attempt(
-        self, lane: PublishLane, delivery: Delivery, plan: Plan, held: HeldDelivery, *, alone: bool
-    ) -> Decision:
-        """Publish the plan once; return what settlement makes of the broker's answer."""
-        exchange = (
-            self._quarantine_exchange if isinstance(plan, Quarantine) else self.route.exchange
-        )
-        try:
-            published = await self._publish_on(lane, delivery, plan, held, alone=alone)
-        except MissingEntityError:
-            raise
-        except ChannelClosedError as e:
-            return after_refusal(e.code, e.text, plan, alone=alone, exchange=exchange)
-        except ChannelLostError:
-            if self._stop.is_set() or not lane.connection_open:
-                raise
-            # The shared channel was closed by another publish's refusal before or while
-            # this one went out: it may have been routed, or not.
-            return Hold("the publish channel closed; retrying on a new one", may_duplicate=True)
-        except (WireError, ValueError, TypeError) as e:
-            if isinstance(plan, Quarantine):
-                raise
-            return unencodable(e)
-        except Exception as e:
-            if isinstance(plan, Quarantine):
-                raise
-            log.exception("route %s: unexpected error while publishing", self.route.name)
-            return internal_error(e)
-        return after_publish(
-            published,
-            plan,
-            exchange=self.route.exchange,
-            quarantine_exchange=self._quarantine_exchange,
-            route=self.route.name,
-        )
-
-    async def _publish_on(
-        self, lane: PublishLane, delivery: Delivery, plan: Plan, held: HeldDelivery, *, alone: bool
-    ) -> PublishOutcome:
-        """Publish the plan on a channel of its own, or on the shared one."""
-        if alone:
-            async with lane.alone() as publisher:
-                return await self._publish_plan(publisher, delivery, plan, held)
-        async with lane.shared() as publisher:
-            published = await self._publish_plan(publisher, delivery, plan, held)
-            if published is PublishOutcome.NACKED:
-                lane.retire(publisher)  # the retry goes on a new channel (see PublishLane)
-            return published
-
-    async def _publish_plan(
-        self, publisher: Publisher, delivery: Delivery, plan: Plan, held: HeldDelivery
-    ) -> PublishOutcome:
-        match plan:
-            case Quarantine(reason=reason):
-                return await self._publish_quarantine(publisher, delivery, reason, held)
-            case Copy():
-                return await self._publish(
-                    publisher,
-                    delivery,
-                    exchange=self.route.exchange,
-                    routing_key=plan.routing_key,
-                    properties=plan.properties,
-                    headers=plan.headers,
-                    held=held,
-                    content_header=plan.content_header,
-                )
-            case _:
-                assert_never(plan)
-
-    async def _publish_quarantine(
-        self, publisher: Publisher, delivery: Delivery, reason: str, held: HeldDelivery
-    ) -> PublishOutcome:
-        """Publish the original to quarantine; without its headers if they cannot be written.
-
-        The original headers plus the reason may outgrow the broker's frame (or, a last
-        resort, not encode): the body, the properties and the reason go rather than hold
-        the message for ever; at the broker's smallest frame size, a short reason.
-        """
-        queue = self.route.queue
-        properties, headers = quarantine_copy(
-            delivery, reason=reason, queue=queue, login=self._login
-        )
-
-        async def publish(headers: dict[str, FieldValue]) -> PublishOutcome:
-            return await self._publish(
-                publisher,
-                delivery,
-                exchange=self._quarantine_exchange,
-                routing_key=self.route.name,
-                properties=properties,
-                headers=headers,
-                held=held,
-            )
-
-        try:
-            return await publish(headers)
-        except (WireError, ValueError, TypeError) as e:
-            log.warning(
-                "route %s: the quarantine copy cannot carry the original headers: %s",
-                self.route.name,
-                e,
-                extra={"route": self.route.name},
-            )
-            try:
-                return await publish(reason_only(reason, e, queue, short=False))
-            except WireError:
-                return await publish(reason_only(reason, e, queue, short=True))
-
-    async def _publish(
-        self,
-        publisher: Publisher,
-        delivery: Delivery,
-        *,
-        exchange: str,
-        routing_key: str,
-        properties: dict[str, PropertyValue],
-        headers: dict[str, FieldValue],
-        held: HeldDelivery,
-        content_header: bytes | None = None,
-    ) -> PublishOutcome:
-        """Publish a copy of the delivery's body; a confirm slower than the limit holds it."""
-        return await publisher.publish(
-            delivery.body,
-            exchange=exchange,
-            routing_key=routing_key,
-            properties=properties,
-            headers=headers,
-            slow_after_s=CONFIRM_TIMEOUT_S,
-            on_slow=lambda: held.take(slow_confirm(exchange, limit_s=CONFIRM_TIMEOUT_S)),
-            content_header=content_header,
-        )
-
-    async def _dead_letter(self, consumer: Consumer, delivery: Delivery, reason: str) -> None:
-        """Reject a delivery nothing takes (requeue=false): the broker dead-letters it.
-
-        Logged at error with the reason and counted, never silent. A channel already gone
-        rejects nothing: the broker then redelivers the delivery.
-        """
-        route = self.route.name
-        extra = {
-            "route": route,
-            "message_id": delivery.properties.get("message_id"),
-            "queue": self.route.queue,
-        }
-        if await consumer.reject(delivery.delivery_tag, requeue=False):
-            self._metrics.count_dead_lettered(route)
-            log.error(
-                "route %s rejected a message to the dead-letter exchange of queue %s"
-                " (dropped by the broker if it has none): %s",
-                route,
-                self.route.queue,
-                reason,
-                extra=extra,
-            )

@@ -559,10 +559,10 @@ async def test_slow_confirm_is_reported_and_never_resent(
     broker: Broker, run_sidecar: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A confirm slower than the limit pauses the route on /readyz; the copy is sent once."""
-    import sidecar.settler  # noqa: PLC0415
+    import sidecar.plan_publisher  # noqa: PLC0415
     from tests.lag_proxy import LagProxy  # noqa: PLC0415
 
-    monkeypatch.setattr(sidecar.settler, "CONFIRM_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(sidecar.plan_publisher, "CONFIRM_TIMEOUT_S", 0.2)
     topo = await make_topology(broker)
     async with LagProxy(broker.url) as proxy:
         text = one_route(broker, topo).replace(broker.url, proxy.proxied_url)

@@ -26,12 +26,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from sidecar import service as service_module
 from sidecar.clock import Clock
 from sidecar.health import HealthBindError, HealthServer, Probe
+from sidecar.http_exchange import Reply, Request
 from sidecar.http_server import (
     RESERVED_DESCRIPTORS,
     HttpServer,
     Limits,
-    Reply,
-    Request,
     connection_budget,
     listen,
 )
@@ -370,7 +369,7 @@ def test_readiness_report_names_the_paused_route_and_why(tmp_path: Path) -> None
     service = make_service(tmp_path, routes=("orders", "invoices"))
     missing = 'exchange "orders" does not exist; create it'
     service._connected = True
-    service._workers = {
+    service._fleet._workers = {
         "orders": (FakeWorker(pause_reason=missing), None),  # type: ignore[dict-item]
         "invoices": (FakeWorker(pause_reason=None), None),  # type: ignore[dict-item]
     }
@@ -382,7 +381,7 @@ def test_readiness_report_names_the_paused_route_and_why(tmp_path: Path) -> None
         "broker": "connected",
         "routes": {"orders": missing, "invoices": "consuming"},
     }
-    service._workers["orders"] = (FakeWorker(pause_reason=None), None)  # type: ignore[assignment]
+    service._fleet._workers["orders"] = (FakeWorker(pause_reason=None), None)  # type: ignore[assignment]
     probe = service.readiness()
     assert probe.ok
     assert probe.report is not None

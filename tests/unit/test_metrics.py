@@ -293,13 +293,13 @@ def test_counting_a_seen_violation_resolves_no_label(
     metrics.add_route("orders")
     metrics.count_violations("orders", [("coerced", "x-acemq-attempt")])
     calls: list[tuple[object, ...]] = []
-    resolve = metrics._violations.labels
+    resolve = metrics._drift._violations.labels
 
     def counting(*args: str, **kwargs: str) -> object:
         calls.append(args)
         return resolve(*args, **kwargs)
 
-    monkeypatch.setattr(metrics._violations, "labels", counting)
+    monkeypatch.setattr(metrics._drift._violations, "labels", counting)
     for _ in range(100):
         metrics.count_violations(
             "orders",

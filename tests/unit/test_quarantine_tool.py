@@ -14,16 +14,14 @@ from hypothesis import strategies as st
 from sidecar.cli import main
 from sidecar.delivery import Delivery
 from sidecar.frames import UndecodableTable
+from sidecar.quarantine_reader import CHANNELS_TARGET, PREFETCH_MAX, window_for
 from sidecar.quarantine_tool import (
-    CHANNELS_TARGET,
-    PREFETCH_MAX,
     Progress,
     ReadReport,
     Replay,
     ReplayReport,
     Unreplayable,
     plan_replay,
-    window_for,
 )
 from sidecar.settlement import quarantine_copy
 from sidecar.wire import ByteArray, FieldValue, Float32, Int32

@@ -30,6 +30,7 @@ from sidecar.contract import ERROR
 from sidecar.delivery import Delivery, PublishOutcome
 from sidecar.metrics import Metrics
 from sidecar.publish_lane import PublishLane
+from sidecar.route_context import RouteContext
 from sidecar.route_log import RouteLog
 from sidecar.route_state import RouteState
 from sidecar.routes import Mode, Publishers, Route, RouteLimits
@@ -251,18 +252,16 @@ def make_rig(
     state = RouteState("orders", metrics=metrics, log=log, clock=clock)
     state.consuming(queue=route.queue, exchange=route.exchange)
     stop = asyncio.Event()
-    settler = Settler(
-        route,
+    context = RouteContext(
+        route=route,
         quarantine_exchange=QUARANTINE,
         login="sidecar",
         metrics=metrics,
         clock=clock,
         new_id=lambda: "00000000-0000-4000-8000-000000000000",
-        state=state,
-        log=log,
-        stop=stop,
         rng=random.Random(1),
     )
+    settler = Settler(context, state=state, log=log, stop=stop)
     connection = connection or FakeConnection(Script(answers))
     connection.script.answers = answers
     settler.attach(connection, PublishLane(connection))  # type: ignore[arg-type]

@@ -23,6 +23,7 @@ from sidecar.delivery import Delivery, PublishOutcome
 from sidecar.errors import WireError
 from sidecar.metrics import Metrics
 from sidecar.publish_lane import PublishLane
+from sidecar.route_context import RouteContext
 from sidecar.route_log import RouteLog
 from sidecar.route_state import RouteState
 from sidecar.routes import Mode, Route
@@ -154,18 +155,16 @@ def make_rig(*, publishers: Publishers = Publishers.ACEMQ, mode: Mode = Mode.ENF
     state = RouteState("orders", metrics=metrics, log=log, clock=clock)
     state.consuming(queue=route.queue, exchange=route.exchange)
     stop = asyncio.Event()
-    settler = Settler(
-        route,
+    context = RouteContext(
+        route=route,
         quarantine_exchange=QUARANTINE,
         login="sidecar",
         metrics=metrics,
         clock=clock,
         new_id=lambda: "00000000-0000-4000-8000-000000000000",
-        state=state,
-        log=log,
-        stop=stop,
         rng=random.Random(1),
     )
+    settler = Settler(context, state=state, log=log, stop=stop)
     return Rig(settler=settler, state=state, registry=registry, stop=stop)
 
 

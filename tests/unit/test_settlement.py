@@ -32,9 +32,9 @@ from sidecar.settlement import (
     reason_kind,
     reason_only,
     same_table,
-    slow_confirm,
     unencodable,
 )
+from sidecar.settlement_holds import slow_confirm
 from sidecar.wire import ByteArray, FieldValue, Float32, Int32, Int64
 
 NOW_MS = 1_790_000_000_000

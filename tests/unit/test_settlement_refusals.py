@@ -12,15 +12,11 @@ from sidecar.settlement import (
     Copy,
     DeadLetter,
     Hold,
-    HoldLimits,
     Outcome,
     Quarantine,
-    Wait,
-    after_hold,
-    after_refusal,
-    blocked,
     in_flight_window,
 )
+from sidecar.settlement_holds import HoldLimits, Wait, after_hold, after_refusal, blocked
 
 COPY = Copy(properties={}, headers={}, routing_key="k.1", outcome=Outcome.RELAYED)
 TO_QUARANTINE = Quarantine("unroutable: no binding")

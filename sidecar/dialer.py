@@ -1,0 +1,121 @@
+"""Connecting to the broker: which address next, and how long to wait before trying again.
+
+This module owns the attempts: the failover ring of the broker's addresses (shuffled once
+per process, ``sidecar.failover``), the one backoff the attempts and the lost sessions
+share, the TLS context built afresh for every attempt, and the log lines of an address
+that did not answer or a connection that was lost. It runs no session: ``sidecar.service``
+does, between a ``connect`` and the ``after_session`` that follows it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from sidecar.amqp import connect
+from sidecar.backoff import Backoff
+from sidecar.errors import TlsFileError
+from sidecar.failover import Failover
+from sidecar.tls import client_context
+from sidecar.waits import sleep_unless
+
+if TYPE_CHECKING:
+    import asyncio
+    import random
+    import ssl
+
+    from sidecar.address import BrokerAddress
+    from sidecar.amqp import Connection
+    from sidecar.route_map import BrokerConfig
+
+__all__ = ["HEALTHY_SESSION_S", "Dialer"]
+
+log = logging.getLogger("sidecar.service")  # the process's lines, whichever module writes them
+
+HEALTHY_SESSION_S = 30.0  # a connection that lived this long resets the reconnect backoff
+
+
+def _ssl_context(broker: BrokerConfig, address: BrokerAddress) -> ssl.SSLContext | None:
+    # Built again at every connect: a renewed certificate applies at the next reconnect. A
+    # file gone since the map was loaded fails this connect, which is retried with backoff.
+    if not address.tls:
+        return None
+    try:
+        return client_context(broker.tls)
+    except TlsFileError as e:
+        raise ConnectionError(str(e)) from e
+
+
+class Dialer:
+    """Connects to the next broker address that answers; see the module docstring."""
+
+    def __init__(
+        self, addresses: tuple[BrokerAddress, ...], *, stop: asyncio.Event, rng: random.Random
+    ) -> None:
+        self._failover = Failover.shuffled(addresses, rng=rng)
+        self._backoff = Backoff(rng=rng)
+        self._stop = stop
+        self._rng = rng
+
+    async def connect(self, broker: BrokerConfig) -> tuple[Connection, BrokerAddress] | None:
+        """Connect to an address of ``broker``; return it with the connection, None on a stop.
+
+        A failed attempt moves on to the next address at once; only when every address
+        failed in a row does it back off (exponential, with jitter) before the next round.
+        """
+        self._failover = self._failover.replaced(broker.addresses, rng=self._rng)
+        while not self._stop.is_set():
+            address = self._failover.next_address()
+            try:
+                connection = await connect(
+                    address,
+                    heartbeat_s=broker.heartbeat_s,
+                    connect_timeout_s=broker.connect_timeout_s,
+                    ssl_context=_ssl_context(broker, address),
+                )
+            except ConnectionError as e:
+                if not self._failover.failed():
+                    log.warning(
+                        "broker %s unreachable: %s; trying the next address",
+                        address.masked(),
+                        e,
+                        extra={"node": address.endpoint},
+                    )
+                    continue
+                delay = self._backoff.next_delay()
+                log.warning(
+                    "broker %s unreachable: %s; retrying in %.1fs",
+                    address.masked(),
+                    e,
+                    delay,
+                    extra={"node": address.endpoint},
+                )
+                await sleep_unless(self._stop, delay)
+                continue
+            self._failover.connected()
+            return connection, address
+        return None
+
+    async def after_session(
+        self, connection: Connection, address: BrokerAddress, *, lived_s: float
+    ) -> None:
+        """Back off after a session on ``connection`` ended, unless the process stops.
+
+        A session that lived ``HEALTHY_SESSION_S`` resets the backoff first: its loss is a
+        fresh failure, and one that comes at once again backs off. The next ``connect``
+        tries the next address: a node that just went away is tried again last.
+        """
+        if lived_s >= HEALTHY_SESSION_S:
+            self._backoff.reset()
+        if self._stop.is_set():
+            return
+        delay = self._backoff.next_delay()
+        reason = await connection.wait_closed()
+        log.warning(
+            "connection to the broker %s lost (%s); reconnecting in %.1fs",
+            address.masked(),
+            reason or "closed",
+            delay,
+            extra={"node": address.endpoint},
+        )
+        await sleep_unless(self._stop, delay)

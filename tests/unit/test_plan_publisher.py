@@ -1,0 +1,238 @@
+"""Publishing one plan and reading the answer, without a broker: the branches a loop hides.
+
+The plan publisher is driven directly with a scripted publish channel, so the cases the
+settle loop rarely reaches (a shared channel lost under the publish, the last fallback of
+a quarantine copy, a reject on a channel already gone) each get a test of their own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, cast
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from sidecar.amqp import ChannelLostError, Consumer, RelayConnection
+from sidecar.clock import Clock
+from sidecar.delivery import Delivery, PublishOutcome
+from sidecar.errors import WireError
+from sidecar.metrics import Metrics
+from sidecar.plan_publisher import PlanPublisher
+from sidecar.publish_lane import PublishLane
+from sidecar.route_context import RouteContext
+from sidecar.route_log import RouteLog
+from sidecar.route_state import HeldDelivery, RouteState
+from sidecar.routes import Mode, Publishers, Route
+from sidecar.settlement import Decision, Done, Hold, Outcome, Plan, Quarantine, reason_only
+
+QUARANTINE = "acemq.quarantine"
+
+Answer = PublishOutcome | Exception
+
+
+@dataclass
+class ScriptedChannel:
+    """A publish channel that gives the scripted answers in turn and records the headers."""
+
+    answers: list[Answer]
+    headers: list[dict[str, Any]] = field(default_factory=list)
+    exchanges: list[str] = field(default_factory=list)
+    is_open: bool = True
+
+    async def publish(
+        self,
+        body: bytes,
+        *,
+        exchange: str,
+        routing_key: str,
+        properties: Mapping[str, Any],
+        headers: Mapping[str, Any] | None,
+        slow_after_s: float,
+        on_slow: Callable[[], None],
+        content_header: bytes | None = None,
+    ) -> PublishOutcome:
+        """Record the publish and give the next answer."""
+        del body, routing_key, properties, slow_after_s, on_slow, content_header
+        self.exchanges.append(exchange)
+        self.headers.append(dict(headers or {}))
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    async def close(self) -> None:
+        """Close the channel."""
+        self.is_open = False
+
+
+@dataclass
+class OneChannel:
+    """A connection whose every channel is the one scripted channel."""
+
+    channel_: ScriptedChannel
+    is_open: bool = True
+
+    async def channel(self, *, prefetch: int) -> ScriptedChannel:
+        """The scripted channel, whatever the prefetch."""
+        del prefetch
+        return self.channel_
+
+
+@dataclass
+class Rejecting:
+    """The channel a delivery came on, as the dead-letter path uses it."""
+
+    is_open: bool = True
+    rejected: list[tuple[int, bool]] = field(default_factory=list)
+
+    async def reject(self, delivery_tag: int, *, requeue: bool) -> bool:
+        """Record the reject while open; False once the channel is gone."""
+        if not self.is_open:
+            return False
+        self.rejected.append((delivery_tag, requeue))
+        return True
+
+
+@dataclass
+class Rig:
+    """A plan publisher for route orders, its lane, its state and its metrics."""
+
+    publisher: PlanPublisher
+    channel: ScriptedChannel
+    connection: OneChannel
+    lane: PublishLane
+    held: HeldDelivery
+    state: RouteState
+    registry: CollectorRegistry
+    stop: asyncio.Event
+
+    async def attempt(self, plan: Plan, *, alone: bool = False) -> Decision:
+        """Publish ``plan`` once for the delivery below."""
+        return await self.publisher.attempt(self.lane, delivery(), plan, self.held, alone=alone)
+
+
+def make_rig(answers: list[Answer]) -> Rig:
+    route = Route(
+        name="orders",
+        queue="staging.orders",
+        exchange="orders",
+        routing_key=None,
+        publishers=Publishers.ACEMQ,
+        origin=None,
+        mode=Mode.ENFORCE,
+        prefetch=8,
+    )
+    registry = CollectorRegistry()
+    metrics = Metrics(registry, version="test", contract="1.1")
+    metrics.add_route("orders")
+    clock = Clock(now_ms=lambda: 1_790_000_000_000, monotonic=lambda: 0.0)
+    state = RouteState("orders", metrics=metrics, log=RouteLog("orders"), clock=clock)
+    state.consuming(queue=route.queue, exchange=route.exchange)
+    context = RouteContext(
+        route=route,
+        quarantine_exchange=QUARANTINE,
+        login="sidecar",
+        metrics=metrics,
+        clock=clock,
+        new_id=lambda: "00000000-0000-4000-8000-000000000000",
+        rng=random.Random(1),
+    )
+    stop = asyncio.Event()
+    channel = ScriptedChannel(answers)
+    connection = OneChannel(channel)
+    lane = PublishLane(cast("RelayConnection", connection))
+    return Rig(
+        publisher=PlanPublisher(context, stop=stop),
+        channel=channel,
+        connection=connection,
+        lane=lane,
+        held=HeldDelivery(state),
+        state=state,
+        registry=registry,
+        stop=stop,
+    )
+
+
+def delivery() -> Delivery:
+    return Delivery(
+        delivery_tag=7,
+        exchange="",
+        routing_key="order.placed",
+        redelivered=False,
+        properties=MappingProxyType({"message_id": "m-1"}),
+        headers=MappingProxyType({"x-acemq-tenant": "acme"}),
+        body=b"body",
+    )
+
+
+async def test_a_shared_channel_lost_under_the_publish_is_a_hold_that_may_duplicate() -> None:
+    """Another publish's refusal closed it: this copy may have been routed, or not."""
+    rig = make_rig([ChannelLostError("channel 2 closed")])
+    decision = await rig.attempt(Quarantine("a reason"))
+    assert decision == Hold("the publish channel closed; retrying on a new one", may_duplicate=True)
+
+
+@pytest.mark.parametrize("why", ["stopping", "connection lost"])
+async def test_a_lost_channel_is_the_settle_loops_when_stopping_or_disconnected(why: str) -> None:
+    """Nothing left to publish on: the delivery is left to the broker, not held."""
+    rig = make_rig([ChannelLostError("channel 2 closed")])
+    if why == "stopping":
+        rig.stop.set()
+    else:
+        rig.connection.is_open = False
+    with pytest.raises(ChannelLostError):
+        await rig.attempt(Quarantine("a reason"))
+
+
+async def test_a_quarantine_copy_too_big_even_for_the_reason_goes_with_a_short_one() -> None:
+    """At the broker's smallest frame size the body still goes to quarantine, not nowhere."""
+    too_big = WireError("the headers outgrow the frame")
+    rig = make_rig([too_big, WireError("still too big"), PublishOutcome.CONFIRMED])
+    decision = await rig.attempt(Quarantine("x" * 10_000))
+    assert decision == Done(outcome=Outcome.QUARANTINED)
+    assert rig.channel.exchanges == [QUARANTINE] * 3
+    assert rig.channel.headers[2] == reason_only(
+        "x" * 10_000, too_big, "staging.orders", short=True
+    )
+    assert len(str(rig.channel.headers[2])) < len(str(rig.channel.headers[1]))
+
+
+async def test_a_quarantine_copy_that_cannot_be_written_at_all_is_the_settle_loops() -> None:
+    """Nowhere left to send it: the error goes up, and the route pauses for a redelivery."""
+    rig = make_rig([WireError("no"), WireError("no"), WireError("no")])
+    with pytest.raises(WireError):
+        await rig.attempt(Quarantine("a reason"))
+
+
+async def test_a_dead_letter_is_counted_and_logged_with_its_reason(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Never silent: an operator sees why a message left through the dead-letter exchange."""
+    rig = make_rig([])
+    consumer = Rejecting()
+    with caplog.at_level(logging.ERROR, logger="sidecar.relay"):
+        await rig.publisher.dead_letter(cast("Consumer", consumer), delivery(), "held too long")
+    assert consumer.rejected == [(7, False)]
+    sample = {"route": "orders"}
+    assert rig.registry.get_sample_value("acemq_sidecar_dead_lettered_total", sample) == 1
+    assert "dead-letter exchange of queue staging.orders" in caplog.text
+    assert "held too long" in caplog.text
+
+
+async def test_a_dead_letter_on_a_channel_already_gone_is_neither_counted_nor_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The broker took the delivery back with its channel: it is redelivered, not dropped."""
+    rig = make_rig([])
+    consumer = Rejecting(is_open=False)
+    with caplog.at_level(logging.ERROR, logger="sidecar.relay"):
+        await rig.publisher.dead_letter(cast("Consumer", consumer), delivery(), "held too long")
+    sample = {"route": "orders"}
+    assert rig.registry.get_sample_value("acemq_sidecar_dead_lettered_total", sample) == 0
+    assert caplog.text == ""
