@@ -229,6 +229,15 @@ class FakeBroker:
             self.loop.call_soon(self.link.data_received, data[start : start + READ_BYTES])
 
 
+def route_worker(route: Route, **context: object) -> RouteWorker:
+    """Make a RouteWorker as this build does: from a RouteContext, or (older builds) keywords."""
+    try:
+        from sidecar.route_context import RouteContext  # noqa: PLC0415 - not in older builds
+    except ImportError:
+        return RouteWorker(route, **context)  # type: ignore[arg-type]
+    return RouteWorker(RouteContext(route=route, **context))  # type: ignore[call-arg]
+
+
 async def drain(n: int) -> dict[str, float]:
     """Drain n messages through one route; return the CPU per message, ours and the fake's."""
     install_codec()
@@ -250,7 +259,7 @@ async def drain(n: int) -> dict[str, float]:
     )
     metrics = Metrics(CollectorRegistry(), version="bench", contract="1.1")
     metrics.add_route(route.name)
-    worker = RouteWorker(
+    worker = route_worker(
         route,
         quarantine_exchange="quarantine",
         login="guest",
