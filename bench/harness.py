@@ -179,17 +179,20 @@ async def sidecar(
     cpus: str | None = None,
     pythonpath: str | None = None,
     budget: int | None = None,
+    executable: Path | None = None,
 ) -> AsyncIterator[int]:
     """Run ``acemq-sidecar run`` (as users run it) on the topology; yield its pid.
 
     ``cpus``: a ``taskset -c`` core list to start it on (its threads inherit it).
     ``pythonpath``: a source tree whose ``sidecar`` package runs instead of this one's.
     ``budget``: ``broker.max_in_flight_bytes`` (default: the sidecar's).
+    ``executable``: another build's ``acemq-sidecar`` (bench/ab.py); this venv's by default.
     """
     port = free_port()
     path = Path(tempfile.mkdtemp()) / "bench.yaml"
     path.write_text(route_map(topo, port=port, prefetch=prefetch, budget=budget))
-    command = [str(Path(sys.executable).with_name("acemq-sidecar")), "run", "--config", str(path)]
+    executable = executable or Path(sys.executable).with_name("acemq-sidecar")
+    command = [str(executable), "run", "--config", str(path)]
     env = {**os.environ, "ACEMQ_LOG_LEVEL": "WARNING"}
     if pythonpath is not None:
         env["PYTHONPATH"] = pythonpath

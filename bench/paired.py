@@ -14,7 +14,9 @@ processes spent during the drain, and reports per relayed message:
            the broker's affinity is restored afterwards
 
 It prints the median and range of each figure over the pairs, and the ratios of the
-medians, then one JSON line. It says when it could not pin (no taskset, one core). A
+medians, then the README's table (Markdown, dated, with the command), then one JSON
+line. It says when it could not pin (no taskset, one core). The sidecar is this venv's
+build: plain Python, or compiled once scripts/compile has run (the table says which). A
 benchmark, never a test: compare figures within one run only.
 """
 
@@ -74,15 +76,24 @@ def broker_pids() -> list[int]:
     return pids
 
 
-def broker_cpu_s(pids: list[int]) -> float:
-    """CPU seconds the broker's processes have spent so far."""
-    total = 0.0
+def broker_cpu_s(pids: list[int]) -> dict[int, float]:
+    """CPU seconds each of the broker's processes has spent so far (those still there)."""
+    spent = {}
     for pid in pids:
         try:
-            total += cpu_s(pid)
+            spent[pid] = cpu_s(pid)
         except OSError:  # a port program that came and went
             continue
-    return total
+    return spent
+
+
+def spent_s(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU seconds spent in between by the processes there both times.
+
+    A port program that exits during a drain would otherwise count its whole life as
+    negative time (seen: a broker figure of -1,307 µs per message).
+    """
+    return sum(after[pid] - before[pid] for pid in before.keys() & after.keys())
 
 
 @contextmanager
@@ -114,13 +125,19 @@ def broker_pinned(pids: list[int], core: int) -> Iterator[str | None]:
 
 
 async def drain_sidecar(
-    channel: aiormq.abc.AbstractChannel, n: int, *, core: int | None, broker: list[int]
+    channel: aiormq.abc.AbstractChannel,
+    n: int,
+    *,
+    core: int | None,
+    broker: list[int],
+    executable: Path | None = None,
 ) -> dict[str, float]:
     """One sidecar drain: msg/s, and sidecar and broker CPU µs per message."""
     relayed, rejected = expected_split(n)
     async with topology(channel, "sidecar") as topo:
         await fill(channel, topo.staging, n)
-        async with sidecar(topo, cpus=None if core is None else str(core)) as pid:
+        cpus = None if core is None else str(core)
+        async with sidecar(topo, cpus=cpus, executable=executable) as pid:
             # From the moment it consumes: its start-up (imports, connect) is not relaying.
             t0 = await consumer_attached(channel, topo.staging)
             b0, s0 = broker_cpu_s(broker), cpu_s(pid)
@@ -131,7 +148,7 @@ async def drain_sidecar(
     return {
         "msg_s": n / (t1 - t0),
         "sidecar_us_per_msg": (s1 - s0) / n * 1e6,
-        "broker_us_per_msg": (b1 - b0) / n * 1e6,
+        "broker_us_per_msg": spent_s(b0, b1) / n * 1e6,
     }
 
 
@@ -146,7 +163,7 @@ async def drain_shovel(
             b0 = broker_cpu_s(broker)
             t1 = await drained(channel, topo.staging, {topo.target: n})
             b1 = broker_cpu_s(broker)
-    return {"msg_s": n / (t1 - t0), "broker_us_per_msg": (b1 - b0) / n * 1e6}
+    return {"msg_s": n / (t1 - t0), "broker_us_per_msg": spent_s(b0, b1) / n * 1e6}
 
 
 async def run_setup(setup: str, *, n: int, pairs: int) -> dict[str, object]:
@@ -220,7 +237,59 @@ async def main() -> None:
     results = [await run_setup(setup, n=args.n, pairs=args.pairs) for setup in setups]
     for summary in results:
         _print(summary)
+    print()
+    print("\n".join(markdown(results, argv=sys.argv[1:])))
     print(json.dumps({"date": time.strftime("%Y-%m-%d"), "results": results}))
+
+
+def build() -> str:
+    """Which build of the sidecar this venv runs: compiled (scripts/compile) or plain."""
+    out = subprocess.run(
+        [sys.executable, "-c", "import sidecar.wire; print(sidecar.wire.__file__)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return "compiled (scripts/compile)" if out.stdout.strip().endswith(".so") else "plain Python"
+
+
+def markdown(results: list[dict[str, object]], *, argv: list[str]) -> list[str]:
+    """The README's table: medians with their ranges, one row per setup, dated, with the command."""
+
+    def cell(summary: dict[str, object], key: str, unit: str = "") -> str:
+        value = summary.get(key)
+        if not isinstance(value, dict):
+            return "-"
+        return f"{value['median']:,}{unit} ({value['min']:,}-{value['max']:,})"
+
+    lines = [
+        (
+            f"`python bench/paired.py {' '.join(argv)}`, {time.strftime('%Y-%m-%d')},"
+            f" the sidecar {build()}: medians of the pairs (range)"
+        ),
+        "",
+        (
+            "| setup | sidecar msg/s | shovel msg/s | ratio | sidecar CPU µs/msg"
+            " | broker CPU µs/msg, sidecar | broker CPU µs/msg, shovel | broker ratio |"
+        ),
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    names = {"shared": "sharing both cores", "pinned": "broker on core 0, sidecar on core 1"}
+    for summary in results:
+        setup = str(summary["setup"])
+        name = names.get(setup, setup)
+        if summary.get("could_not_pin"):
+            name += f" (could not pin: {summary['could_not_pin']})"
+        lines.append(
+            f"| {name}, {summary['pairs']} pairs of {summary['n']:,}"
+            f" | {cell(summary, 'sidecar_msg_s')} | {cell(summary, 'shovel_msg_s')}"
+            f" | {cell(summary, 'throughput_ratio', ' x')}"
+            f" | {cell(summary, 'sidecar_sidecar_us_per_msg')}"
+            f" | {cell(summary, 'sidecar_broker_us_per_msg')}"
+            f" | {cell(summary, 'shovel_broker_us_per_msg')}"
+            f" | {cell(summary, 'broker_cpu_ratio', ' x')} |"
+        )
+    return lines
 
 
 if __name__ == "__main__":

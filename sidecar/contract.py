@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping  # noqa: TC003 - see the note on the wire import
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -17,9 +18,12 @@ from enum import StrEnum
 from functools import lru_cache
 from typing import TYPE_CHECKING, NamedTuple, TypeAlias, TypeVar
 
+# Mapping and FieldValue are read at run time too: the compiled build (scripts/compile)
+# builds the dataclasses below from their annotations.
 from sidecar.wire import (
     INT_BOUNDS,
     MAX_DEPTH,
+    FieldValue,
     Int8,
     Int16,
     Int32,
@@ -32,9 +36,7 @@ from sidecar.wire import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
-
-    from sidecar.wire import FieldValue
+    from collections.abc import Callable
 
 __all__ = [
     "CONTRACT_VERSION",

@@ -62,22 +62,20 @@ class PublishLane:
         """Open the shared channel now, so that a route that cannot publish does not start."""
         await self._current()
 
-    @contextlib.asynccontextmanager
-    async def shared(self) -> AsyncIterator[Publisher]:
-        """Yield the shared publish channel (a new one if the broker closed it or it retired).
+    def shared(self) -> _SharedUse:
+        """Enter the shared publish channel: a new one if the broker closed it or it retired.
 
-        The channel is counted as in use until the block ends, so that a retired one is
-        closed only once no publish waits on it.
+        ``async with lane.shared() as publisher``. The channel is counted as in use until the
+        block ends, so that a retired one is closed only once no publish waits on it. A
+        class, not a generator: every publish enters it.
         """
-        shared = await self._current()
-        shared.users += 1
-        try:
-            yield shared.publisher
-        finally:
-            shared.users -= 1
-            if shared.retired and shared.users == 0 and shared in self._retired:
-                self._retired.remove(shared)
-                await shared.publisher.close()
+        return _SharedUse(self)
+
+    async def _release(self, shared: _Shared) -> None:
+        shared.users -= 1
+        if shared.retired and shared.users == 0 and shared in self._retired:
+            self._retired.remove(shared)
+            await shared.publisher.close()
 
     def retire(self, publisher: Publisher) -> None:
         """Publish nothing new on this shared channel; the next publish opens another."""
@@ -118,3 +116,25 @@ class PublishLane:
         retired, self._retired = self._retired, []
         for each in [*retired, *([shared] if shared is not None else [])]:
             await each.publisher.close()
+
+
+class _SharedUse:
+    """One publish's use of the shared channel: ``async with lane.shared() as publisher``."""
+
+    __slots__ = ("_lane", "_shared")
+
+    def __init__(self, lane: PublishLane) -> None:
+        self._lane = lane
+        self._shared: _Shared | None = None
+
+    async def __aenter__(self) -> Publisher:
+        shared = await self._lane._current()  # noqa: SLF001 - the lane's own helper
+        shared.users += 1
+        self._shared = shared
+        return shared.publisher
+
+    async def __aexit__(self, *_: object) -> None:
+        shared = self._shared
+        if shared is not None:
+            self._shared = None
+            await self._lane._release(shared)  # noqa: SLF001

@@ -32,12 +32,29 @@ from __future__ import annotations
 import datetime as dt
 import math
 import struct
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence, Sized
 from decimal import Decimal
 from types import MappingProxyType
 from typing import Any, Final, TypeAlias, cast
 
 from sidecar.errors import WireError
+
+# The value classes are defined in a module of their own, never compiled: mypyc (the
+# optional compiled build, scripts/compile) cannot compile subclasses of int, float and
+# bytes, and this module's code must see them as the plain Python classes they are.
+from sidecar.field_types import (
+    ByteArray,
+    Float32,
+    Int8,
+    Int16,
+    Int32,
+    Int64,
+    Timestamp,
+    UInt8,
+    UInt16,
+    UInt32,
+    UInt64,
+)
 
 __all__ = [
     "INT_BOUNDS",
@@ -62,72 +79,6 @@ __all__ = [
     "encode_table_for_pamqp",
     "tag_of",
 ]
-
-
-class Int8(int):
-    """Signed 8-bit integer (tag ``b``)."""
-
-    __slots__ = ()
-
-
-class UInt8(int):
-    """Unsigned 8-bit integer (tag ``B``)."""
-
-    __slots__ = ()
-
-
-class Int16(int):
-    """Signed 16-bit integer (tag ``s``)."""
-
-    __slots__ = ()
-
-
-class UInt16(int):
-    """Unsigned 16-bit integer (tag ``u``)."""
-
-    __slots__ = ()
-
-
-class Int32(int):
-    """Signed 32-bit integer (tag ``I``)."""
-
-    __slots__ = ()
-
-
-class UInt32(int):
-    """Unsigned 32-bit integer (tag ``i``)."""
-
-    __slots__ = ()
-
-
-class Int64(int):
-    """Signed 64-bit integer (tag ``l``)."""
-
-    __slots__ = ()
-
-
-class UInt64(int):
-    """Unsigned 64-bit integer (tag ``L``, outside RabbitMQ's errata but seen in the wild)."""
-
-    __slots__ = ()
-
-
-class Timestamp(int):
-    """AMQP timestamp: whole seconds since the epoch (tag ``T``)."""
-
-    __slots__ = ()
-
-
-class Float32(float):
-    """32-bit IEEE float (tag ``f``); a plain ``float`` is a 64-bit double."""
-
-    __slots__ = ()
-
-
-class ByteArray(bytes):
-    """Byte array (tag ``x``); plain ``bytes`` is a long string that is not UTF-8."""
-
-    __slots__ = ()
 
 
 # The range of every integer class: the one home of the AMQP integer bounds.
@@ -530,37 +481,55 @@ def tag_of(value: FieldValue) -> str:
     return _TAGS[base]
 
 
-def _encode_table(table: Mapping[str, object], depth: int) -> bytes:
-    """Return the length-prefixed bytes of ``table``, nested ``depth`` levels deep."""
+def _encode_table(table: Mapping[Any, object], depth: int) -> bytes:
+    """Return the length-prefixed bytes of ``table``, nested ``depth`` levels deep.
+
+    Its names are Any, not str: they are checked here, and compiled code would take a
+    ``str`` for granted.
+    """
     out: list[bytes] = []
+    names = _NAMES
     for name, value in table.items():
-        if type(name) is not str and not isinstance(name, str):
-            raise _FieldError(f"field name {name!r} is of type {type(name).__name__}, not str")
-        try:
-            raw_name = name.encode("utf-8", "surrogateescape")
-        except UnicodeEncodeError as e:
-            raise _FieldError(f"field name is not encodable as UTF-8: {e.reason}").within(
-                name
-            ) from None
-        if len(raw_name) > 255:
-            # pamqp truncates silently; a changed name is a lost header, so refuse instead.
-            raise _FieldError(f"field name is {len(raw_name)} bytes long; AMQP allows 255").within(
-                name
-            )
-        out.append(_U8.pack(len(raw_name)))
+        raw_name = names.get(name) if type(name) is str else None
+        if raw_name is None:
+            raw_name = _encode_name(name)
+            if type(name) is str and len(names) < _NAMES_MAX:
+                names[name] = raw_name
         out.append(raw_name)
         try:
             _encode_value(value, out, depth)
         except _FieldError as e:
             raise e.within(name) from None
-        except UnicodeEncodeError as e:
-            raise _FieldError(f"string is not encodable as UTF-8: {e.reason}").within(
+        except UnicodeEncodeError as bad:  # not "e" again: compiled, one name has one type
+            raise _FieldError(f"string is not encodable as UTF-8: {bad.reason}").within(
                 name
             ) from None
         except (struct.error, OverflowError):
             raise _FieldError(_range_problem(value)).within(name) from None
     body = b"".join(out)
     return _U32.pack(len(body)) + body
+
+
+# The length-prefixed bytes of the field names met so far: a relay writes the same few
+# dozen names in every message. Bounded, so a stream of made-up names cannot grow it.
+_NAMES: Final[dict[str, bytes]] = {}
+_NAMES_MAX: Final = 4096
+
+
+def _encode_name(name: object) -> bytes:
+    """Return the length-prefixed bytes of a field name, or raise why it cannot be one."""
+    if not isinstance(name, str):
+        raise _FieldError(f"field name {name!r} is of type {type(name).__name__}, not str")
+    try:
+        raw_name = name.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError as e:
+        raise _FieldError(f"field name is not encodable as UTF-8: {e.reason}").within(
+            name
+        ) from None
+    if len(raw_name) > 255:
+        # pamqp truncates silently; a changed name is a lost header, so refuse instead.
+        raise _FieldError(f"field name is {len(raw_name)} bytes long; AMQP allows 255").within(name)
+    return _U8.pack(len(raw_name)) + raw_name
 
 
 def _encode_array(items: Sequence[object], depth: int) -> bytes:
@@ -571,8 +540,8 @@ def _encode_array(items: Sequence[object], depth: int) -> bytes:
             _encode_value(value, out, depth)
         except _FieldError as e:
             raise e.within(index) from None
-        except UnicodeEncodeError as e:
-            raise _FieldError(f"string is not encodable as UTF-8: {e.reason}").within(
+        except UnicodeEncodeError as bad:  # not "e" again: compiled, one name has one type
+            raise _FieldError(f"string is not encodable as UTF-8: {bad.reason}").within(
                 index
             ) from None
         except (struct.error, OverflowError):
@@ -635,8 +604,8 @@ def _unsupported(value: object) -> str:
 
 def _range_problem(value: object) -> str:
     """Return what is wrong with ``value``, which ``struct`` refused to pack."""
+    base = _encodable_base(value)  # before isinstance: compiled, a narrowed int loses its class
     if isinstance(value, int):
-        base = _encodable_base(value)
         bounds = INT_BOUNDS.get(base) if base is not None else None
         if bounds is not None and base is not None:
             low, high = bounds
@@ -654,6 +623,11 @@ def _range_problem(value: object) -> str:
     return f"{type(value).__name__} encodes to more than the 4 GiB (2**32 - 1 bytes) allowed"
 
 
+# len called through a name: compiled, len of a bytes parameter reads the object's size
+# field and would skip a subclass's own __len__.
+_length: Callable[[Sized], int] = len
+
+
 def _encode_str(value: str, out: list[bytes]) -> None:
     """Append ``value`` as a UTF-8 long string (``S``)."""
     raw = value.encode()
@@ -663,13 +637,13 @@ def _encode_str(value: str, out: list[bytes]) -> None:
 
 def _encode_bytes(value: bytes, out: list[bytes]) -> None:
     """Append ``value`` as a long string of raw bytes (``S``)."""
-    out.append(_TAG_U32.pack(b"S", len(value)))
+    out.append(_TAG_U32.pack(b"S", _length(value)))
     out.append(bytes(value))
 
 
 def _encode_byte_array(value: bytes | bytearray, out: list[bytes]) -> None:
     """Append ``value`` as a byte array (``x``)."""
-    out.append(_TAG_U32.pack(b"x", len(value)))
+    out.append(_TAG_U32.pack(b"x", _length(value)))
     out.append(bytes(value))
 
 
@@ -749,7 +723,8 @@ def _fixed_width(tag: bytes, code: str) -> Callable[[int | float, list[bytes]], 
     """Return an encoder writing ``tag`` then the value in struct format ``code``."""
     pack = struct.Struct(">c" + code).pack
 
-    def encode(value: float, out: list[bytes]) -> None:
+    # int | float, not float: compiled, a float parameter would turn an int into a float.
+    def encode(value: int | float, out: list[bytes]) -> None:  # noqa: PYI041
         out.append(pack(tag, value))
 
     encode.__doc__ = f"Append the value as {tag.decode()} ({code!r}); struct checks the range."

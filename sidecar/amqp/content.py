@@ -10,9 +10,8 @@ out of order are an :class:`UnexpectedFrameError` (505). No I/O.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Final
+from typing import Final, NamedTuple
 
 from sidecar.amqp.violations import FrameError, UnexpectedFrameError
 from sidecar.delivery import Delivery
@@ -44,8 +43,7 @@ def delivery_of(method: BasicDeliver, header: ContentHeader, body: bytes) -> Del
     )
 
 
-@dataclass(frozen=True, slots=True)
-class Content:
+class Content(NamedTuple):
     """A whole message off the wire: the method it came with, its header and its body."""
 
     method: BasicDeliver | BasicReturn

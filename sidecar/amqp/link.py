@@ -157,10 +157,15 @@ class Link(asyncio.Protocol):
         if self.closed.is_set():  # after our close for a bad frame: nothing more is read
             return
         self._last_read = self.loop.time()
+        # Frames are cut from bytes: one copy per frame. A read that starts on a frame
+        # boundary (the common case) is read as it came; a partial frame kept from the last
+        # read is joined to it first.
         buffer = self._buffer
-        buffer += data
+        if buffer:
+            buffer += data
+            data = bytes(buffer)
         try:
-            read = self._read_frames(buffer)
+            read = self._read_frames(data)
         except _NotAmqpError as e:  # the server's own protocol header: nothing to close
             log.error("cannot talk to the server: %s", e)  # noqa: TRY400 - the reason is all
             self.abort(BrokerConnectionError(str(e)))
@@ -174,9 +179,12 @@ class Link(asyncio.Protocol):
             log.exception("internal error while reading from the broker; closing the connection")
             self.refuse(INTERNAL_ERROR, f"internal error in the client: {e!r}")
             return
-        del buffer[:read]
+        if read < len(data):
+            buffer[:] = data[read:]
+        else:
+            buffer.clear()
 
-    def _read_frames(self, buffer: bytearray) -> int:  # noqa: C901 - the hot loop, a case per frame type
+    def _read_frames(self, buffer: bytes) -> int:  # noqa: C901 - the hot loop, a case per frame type
         """Handle every whole frame in ``buffer``; return how many bytes they took."""
         at, size = 0, len(buffer)
         if buffer.startswith(b"AMQP"):  # the server's own protocol header: not 0-9-1
@@ -195,9 +203,9 @@ class Link(asyncio.Protocol):
                 break
             if buffer[end] != FRAME_END:
                 raise FrameError(f"frame on channel {number} lacks its frame-end octet")
-            payload = bytes(buffer[at + 7 : end])
+            payload = buffer[at + 7 : end]
             if kind == FRAME_METHOD:
-                self._on_method(number, payload, bytes(buffer[at : end + 1]))
+                self._on_method(number, payload, buffer, at)
             elif kind == FRAME_HEADER:
                 if channel := self.channels.get(number):
                     channel.on_header(payload)
@@ -209,11 +217,12 @@ class Link(asyncio.Protocol):
             at = end + 1
         return at
 
-    def _on_method(self, number: int, payload: bytes, frame: bytes) -> None:
+    def _on_method(self, number: int, payload: bytes, buffer: bytes, at: int) -> None:
+        """Hand a method frame on; the whole frame (from ``at`` in ``buffer``) only if asked."""
         if number == 0:
             if self.control is None:
                 raise FrameError("a connection method came before the handshake began")
-            self.control.on_control(frame)
+            self.control.on_control(buffer[at : at + len(payload) + 8])
             return
         channel = self.channels.get(number)
         if channel is None:
@@ -222,7 +231,7 @@ class Link(asyncio.Protocol):
             return
         (method_id,) = METHOD.unpack_from(payload, 0)
         if not channel.on_method(method_id, payload):
-            channel.on_control(frame)
+            channel.on_control(buffer[at : at + len(payload) + 8])
 
     # --- writing ---
 
