@@ -159,29 +159,18 @@ class Channel(ChannelLife):
         (a received content header over our frame size too: the broker would close the
         connection for it).
         """
-        frame_max = self._link.frame_max
-        if content_header is None:
-            content_header = encode_content_header(
-                properties, headers, body_size=len(body), frame_max=frame_max
-            )
-        elif len(content_header) > frame_max - 8:
-            raise WireError(
-                f"the message's content header takes {len(content_header)} bytes, over the"
-                f" broker's frame size of {frame_max}"
-            )
-        data = publish_frames(
+        header, data, acemq_id = _publish_frames(
             self.number,
+            self._link.frame_max,
+            body,
             exchange=exchange,
             routing_key=routing_key,
-            body=body,
+            properties=properties,
+            headers=headers,
             content_header=content_header,
-            frame_max=self._link.frame_max,
         )
         if not self.is_open:
             raise self._refusal()
-        acemq_id = (
-            headers.get(ID) if headers and not isinstance(headers, UndecodableTable) else None
-        )
         slow = self._loop.call_later(slow_after_s, on_slow)
         try:
             if not self.is_flowing:
@@ -191,7 +180,7 @@ class Channel(ChannelLife):
             future = self._confirms.track(
                 exchange=exchange,
                 routing_key=routing_key,
-                header=content_header,
+                header=header,
                 body=body,
                 acemq_id=acemq_id,
             )
@@ -295,3 +284,40 @@ class Channel(ChannelLife):
     def _lost(self, error: ChannelLostError) -> None:
         self._confirms.fail(error)
         self._acks.stop()
+
+
+def _publish_frames(
+    number: int,
+    frame_max: int,
+    body: bytes,
+    *,
+    exchange: str,
+    routing_key: str,
+    properties: Mapping[str, PropertyValue],
+    headers: Mapping[str, FieldValue] | UndecodableTable | None,
+    content_header: bytes | None,
+) -> tuple[bytes, bytes, object]:
+    """Return a publish's content header, its frames, and the ``x-acemq-id`` it carries.
+
+    ``content_header`` is sent as it is when given; else ``properties`` and ``headers`` are
+    encoded. Raises :class:`WireError` when the header does not fit in one frame.
+    """
+    if content_header is None:
+        content_header = encode_content_header(
+            properties, headers, body_size=len(body), frame_max=frame_max
+        )
+    elif len(content_header) > frame_max - 8:
+        raise WireError(
+            f"the message's content header takes {len(content_header)} bytes, over the"
+            f" broker's frame size of {frame_max}"
+        )
+    data = publish_frames(
+        number,
+        exchange=exchange,
+        routing_key=routing_key,
+        body=body,
+        content_header=content_header,
+        frame_max=frame_max,
+    )
+    acemq_id = headers.get(ID) if headers and not isinstance(headers, UndecodableTable) else None
+    return content_header, data, acemq_id
