@@ -57,7 +57,9 @@ class RouteWorker:
         )
         self._settler = Settler(context, state=self.state, log=self._log, stop=self._stop)
         self._window = InFlightWindow(
-            prefetch=route.prefetch, budget_bytes=route.limits.max_in_flight_bytes
+            prefetch=route.prefetch,
+            budget_bytes=route.limits.max_in_flight_bytes,
+            fixed=route.single_active_consumer,
         )
 
     @property

@@ -68,9 +68,13 @@ class InFlightWindow:
     compares, and sets ``wanted`` when a change is due; ``RouteConsumer`` makes it.
     """
 
-    def __init__(self, *, prefetch: int, budget_bytes: int) -> None:
+    def __init__(self, *, prefetch: int, budget_bytes: int, fixed: bool = False) -> None:
         self._prefetch = prefetch
         self._budget = budget_bytes
+        # A single-active-consumer queue: a channel keeps the window it starts with (what
+        # the budget allows for the largest body seen so far), as a re-consume's cancel
+        # would hand the active role, and the queue's order, to another replica.
+        self._fixed = fixed
         self.largest: int | None = None
         self.allowed = prefetch  # in_flight_window for the largest body seen
         self.current = START_WINDOW
@@ -80,9 +84,9 @@ class InFlightWindow:
 
     def start(self) -> int:
         """Return the window a new channel starts with: slow start, whatever was learned."""
-        self.current = min(START_WINDOW, self.allowed)
+        self.current = self.allowed if self._fixed else min(START_WINDOW, self.allowed)
         self._seen = 0
-        self._may_grow = True
+        self._may_grow = not self._fixed
         self.wanted.clear()
         return self.current
 
@@ -102,6 +106,8 @@ class InFlightWindow:
             self.allowed = in_flight_window(
                 prefetch=self._prefetch, budget_bytes=self._budget, largest_bytes=size
             )
+        if self._fixed:
+            return  # learned for the next channel; this one keeps its window
         if self.target() is not None:
             self.wanted.set()
         elif self._seen >= self.current:

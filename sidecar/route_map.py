@@ -133,6 +133,9 @@ class Route:
     mode: Mode
     prefetch: int
     limits: RouteLimits = field(default_factory=RouteLimits)
+    # The staging queue has x-single-active-consumer (the platform's): the consumer is
+    # never re-consumed, as a cancel would hand the active role to another replica.
+    single_active_consumer: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

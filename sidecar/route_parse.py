@@ -319,6 +319,7 @@ def _build(file: RouteMapFile) -> RouteMap:
                 mode=file.mode if route.mode is None else route.mode,
                 prefetch=broker.prefetch if route.prefetch is None else route.prefetch,
                 limits=limits,
+                single_active_consumer=route.single_active_consumer,
             )
             for route in file.routes
         ),

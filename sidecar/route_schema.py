@@ -222,6 +222,7 @@ class _RouteFile(_Strict):
     origin: Annotated[str | None, AfterValidator(_optional_non_empty)] = None
     mode: Mode | None = None
     prefetch: _Prefetch | None = None
+    single_active_consumer: bool = False
 
 
 def _at_least_one(routes: tuple[_RouteFile, ...]) -> tuple[_RouteFile, ...]:

@@ -119,7 +119,7 @@ async def test_order_survives_the_loss_of_the_active_replica(
     """Three replicas on single-active-consumer queues; the active one is killed mid-flow."""
     flow = await declare_quorum_flow(client, staging_arguments=SAC)
     await flow.publish(PER_LANE)
-    sidecars = [replicas.new(flow) for _ in range(3)]
+    sidecars = [replicas.new(flow, single_active_consumer=True) for _ in range(3)]
     for sidecar in sidecars:
         await sidecar.start()
     await wait_progress(flow, more=PROGRESS, context=replicas.output)

@@ -65,6 +65,9 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
         "origin": "x-acemq-origin written when a message has none.",
         "mode": "This route's mode, instead of the map's.",
         "prefetch": "This route's prefetch, instead of broker.prefetch.",
+        "single_active_consumer": (
+            "The staging queue has x-single-active-consumer: consume once, never re-consume."
+        ),
     },
     "_TargetFile": {
         "exchange": 'The target exchange ("" for the default exchange).',

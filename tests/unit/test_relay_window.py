@@ -332,7 +332,9 @@ def delivery(tag: int, message: int, size: int) -> Delivery:
     )
 
 
-def worker(*, prefetch: int, budget_bytes: int = 64 * 2**20) -> RouteWorker:
+def worker(
+    *, prefetch: int, budget_bytes: int = 64 * 2**20, single_active_consumer: bool = False
+) -> RouteWorker:
     """A worker for route orders with its own registry."""
     route = Route(
         name="orders",
@@ -344,6 +346,7 @@ def worker(*, prefetch: int, budget_bytes: int = 64 * 2**20) -> RouteWorker:
         mode=Mode.ENFORCE,
         prefetch=prefetch,
         limits=RouteLimits(max_in_flight_bytes=budget_bytes),
+        single_active_consumer=single_active_consumer,
     )
     metrics = Metrics(CollectorRegistry(), version="test", contract="1.1")
     return RouteWorker(
@@ -399,6 +402,22 @@ async def test_small_messages_grow_the_window_from_one_to_the_prefetch() -> None
     assert broker.requeued == 0
     assert broker.returned == 0
     assert broker.live_consumers() == 0
+
+
+async def test_a_single_active_consumer_route_consumes_once_at_its_whole_window() -> None:
+    """No slow start and no re-consume: a cancel would pass the active role to another replica."""
+    broker = FakeBroker(deque([KIB] * 300 + [64 * KIB] * 20), confirm_after_s=0.002)
+    connection = FakeConnection(broker)
+    await drain(
+        worker(prefetch=64, budget_bytes=256 * KIB, single_active_consumer=True),
+        broker,
+        connection,
+    )
+    assert [n for op, n in broker.calls if op in ("open", "qos")] == [64]
+    assert [tag for op, tag in broker.calls if op == "consume"] == ["acemq-sidecar.orders"]
+    assert not [op for op, _ in broker.calls if op == "cancel"][:-1]  # only the drain's
+    assert broker.requeued == 0
+    assert broker.returned == 0
 
 
 async def test_a_larger_body_shrinks_the_window_and_the_overshoot_is_the_old_window() -> None:

@@ -70,6 +70,7 @@ FULL = _yaml(
     "    origin: billing-service",
     "    mode: enforce",
     "    prefetch: 8",
+    "    single_active_consumer: true",
 )
 
 
@@ -111,10 +112,12 @@ def test_full_file_parses_into_objects() -> None:
                 origin="billing-service",
                 mode=Mode.ENFORCE,
                 prefetch=8,
+                single_active_consumer=True,
             ),
         ),
     )
     assert route_map.route("billing.v2").prefetch == 8
+    assert not route_map.route("orders").single_active_consumer
 
 
 def test_defaults_fill_everything_but_the_routes() -> None:
@@ -764,6 +767,7 @@ def test_json_schema_uses_the_file_keys() -> None:
         "origin",
         "mode",
         "prefetch",
+        "single_active_consumer",
     }
     assert route["additionalProperties"] is False
 
