@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, cast
@@ -30,14 +29,13 @@ from sidecar.route_log import RouteLog
 from sidecar.route_state import HeldDelivery, RouteState
 from sidecar.routes import Mode, Publishers, Route
 from sidecar.settlement import Decision, Done, Hold, Outcome, Plan, Quarantine, reason_only
+from tests.unit.fake_publish import Answer, Publish, PublishRecorder
 
 QUARANTINE = "acemq.quarantine"
 
-Answer = PublishOutcome | Exception
-
 
 @dataclass
-class ScriptedChannel:
+class ScriptedChannel(PublishRecorder):
     """A publish channel that gives the scripted answers in turn and records the headers."""
 
     answers: list[Answer]
@@ -45,26 +43,11 @@ class ScriptedChannel:
     exchanges: list[str] = field(default_factory=list)
     is_open: bool = True
 
-    async def publish(
-        self,
-        body: bytes,
-        *,
-        exchange: str,
-        routing_key: str,
-        properties: Mapping[str, Any],
-        headers: Mapping[str, Any] | None,
-        slow_after_s: float,
-        on_slow: Callable[[], None],
-        content_header: bytes | None = None,
-    ) -> PublishOutcome:
+    async def answer(self, publish: Publish) -> Answer:
         """Record the publish and give the next answer."""
-        del body, routing_key, properties, slow_after_s, on_slow, content_header
-        self.exchanges.append(exchange)
-        self.headers.append(dict(headers or {}))
-        answer = self.answers.pop(0)
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
+        self.exchanges.append(publish.exchange)
+        self.headers.append(publish.headers)
+        return self.answers.pop(0)
 
     async def close(self) -> None:
         """Close the channel."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -36,6 +36,7 @@ from sidecar.route_state import RouteState
 from sidecar.routes import Mode, Publishers, Route, RouteLimits
 from sidecar.settler import Settler
 from sidecar.wire import Int32, Int64
+from tests.unit.fake_publish import Answer, Publish, PublishRecorder
 
 QUARANTINE = "acemq.quarantine"
 CANONICAL: dict[str, Any] = {
@@ -47,8 +48,6 @@ CANONICAL: dict[str, Any] = {
     "x-acemq-first-seen": Int64(1_767_323_045_678),
 }
 DENIED = "ACCESS_REFUSED - access to exchange 'orders' in vhost '/' refused for user 'u'"
-
-Answer = PublishOutcome | Exception
 
 
 @dataclass
@@ -62,38 +61,26 @@ class Script:
 
 
 @dataclass
-class FakePublisher:
+class FakePublisher(PublishRecorder):
     """A publish channel; a ChannelClosedError answer closes it, as the broker would."""
 
     number: int
     script: Script
     is_open: bool = True
 
-    async def publish(
-        self,
-        body: bytes,
-        *,
-        exchange: str,
-        routing_key: str,
-        properties: Mapping[str, Any],
-        headers: Mapping[str, Any] | None,
-        slow_after_s: float,
-        on_slow: Callable[[], None],
-        content_header: bytes | None = None,
-    ) -> PublishOutcome:
+    async def answer(self, publish: Publish) -> Answer:
         """Give the next scripted answer."""
-        del body, routing_key, properties, slow_after_s, on_slow, content_header
         if not self.is_open:
             raise ChannelLostError("channel closed")
-        self.script.published.append((self.number, exchange))
-        self.script.headers.append(dict(headers or {}))
+        self.script.published.append((self.number, publish.exchange))
+        self.script.headers.append(publish.headers)
         await asyncio.sleep(0)
         by_exchange = self.script.by_exchange
-        answer = self.script.answers.pop(0) if by_exchange is None else by_exchange[exchange]
+        answer = (
+            self.script.answers.pop(0) if by_exchange is None else by_exchange[publish.exchange]
+        )
         if isinstance(answer, ChannelClosedError):
             self.is_open = False
-        if isinstance(answer, Exception):
-            raise answer
         return answer
 
     async def close(self) -> None:

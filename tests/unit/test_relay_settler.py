@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, cast
@@ -29,6 +28,7 @@ from sidecar.route_state import RouteState
 from sidecar.routes import Mode, Route
 from sidecar.settler import Settler
 from sidecar.wire import Int32, Int64
+from tests.unit.fake_publish import Answer, Publish, PublishRecorder
 
 QUARANTINE = "acemq.quarantine"
 CANONICAL: dict[str, Any] = {
@@ -40,12 +40,9 @@ CANONICAL: dict[str, Any] = {
     "x-acemq-first-seen": Int64(1_767_323_045_678),
 }
 
-# What the fake broker does with one publish: an outcome, or an exception to raise.
-Answer = PublishOutcome | Exception
-
 
 @dataclass
-class FakeChannel:
+class FakeChannel(PublishRecorder):
     """Answers each publish from a script and records what was published and acked."""
 
     answers: list[Answer]
@@ -55,36 +52,11 @@ class FakeChannel:
     first_publish: asyncio.Event = field(default_factory=asyncio.Event)
     connection_open: bool = True  # what the fake connection it comes from says
 
-    async def publish(
-        self,
-        body: bytes,
-        *,
-        exchange: str,
-        routing_key: str,
-        properties: Mapping[str, Any],
-        headers: Mapping[str, Any] | None,
-        slow_after_s: float,
-        on_slow: Callable[[], None],
-        content_header: bytes | None = None,
-    ) -> PublishOutcome:
+    async def answer(self, publish: Publish) -> Answer:
         """Record the publish and give the scripted answer."""
-        self.published.append(
-            {
-                "body": body,
-                "exchange": exchange,
-                "routing_key": routing_key,
-                "properties": dict(properties),
-                "headers": dict(headers or {}),
-                "slow_after_s": slow_after_s,
-                "on_slow": on_slow,
-                "content_header": content_header,
-            }
-        )
+        self.published.append(publish.as_dict())
         self.first_publish.set()
-        answer = self.answers.pop(0)
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
+        return self.answers.pop(0)
 
     async def ack(self, delivery_tag: int) -> bool:
         """Record the ack."""

@@ -1,0 +1,72 @@
+"""The publish half of the client's ``Publisher`` for the unit tests' fake channels.
+
+``PublishRecorder.publish`` has the client's signature; a fake says what the broker
+answers to each publish in ``answer``. An exception answer is raised, as the client raises.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sidecar.delivery import PublishOutcome
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+Answer = PublishOutcome | Exception
+
+
+@dataclass(frozen=True)
+class Publish:
+    """One publish as the fake received it."""
+
+    body: bytes
+    exchange: str
+    routing_key: str
+    properties: dict[str, Any]
+    headers: dict[str, Any]
+    slow_after_s: float
+    on_slow: Callable[[], None]
+    content_header: bytes | None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The publish's fields by name."""
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+
+class PublishRecorder:
+    """Gives a fake the client's ``publish``; the fake answers in :meth:`answer`."""
+
+    async def publish(
+        self,
+        body: bytes,
+        *,
+        exchange: str,
+        routing_key: str,
+        properties: Mapping[str, Any],
+        headers: Mapping[str, Any] | None,
+        slow_after_s: float,
+        on_slow: Callable[[], None],
+        content_header: bytes | None = None,
+    ) -> PublishOutcome:
+        """Hand the publish to ``answer``; raise its answer if that is an exception."""
+        answer = await self.answer(
+            Publish(
+                body,
+                exchange,
+                routing_key,
+                dict(properties),
+                dict(headers or {}),
+                slow_after_s,
+                on_slow,
+                content_header,
+            )
+        )
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    async def answer(self, publish: Publish) -> Answer:
+        """What the broker answers to ``publish``."""
+        raise NotImplementedError
