@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -30,7 +30,9 @@ from tests.faults.conftest import (
     MixedFlow,
     declare_quarantine_exchange,
     declare_target,
+    recorder,
     scrape,
+    summarise,
 )
 from tests.support import Broker, open_broker
 
@@ -251,24 +253,9 @@ RECORDS = pytest.StashKey[list[FaultRecord]]()
 @pytest.fixture
 def record(request: pytest.FixtureRequest) -> Callable[..., FaultRecord]:
     """Record (print, keep for the summary, append to ACEMQ_CLUSTER_REPORT) a test's numbers."""
-
-    def write(**numbers: Any) -> FaultRecord:
-        entry = FaultRecord(test=request.node.nodeid, **numbers)
-        request.config.stash.setdefault(RECORDS, []).append(entry)
-        print(entry.line())  # noqa: T201 - the measurement the cluster tests report
-        path = os.environ.get("ACEMQ_CLUSTER_REPORT")
-        if path:
-            with open(path, "a", encoding="utf-8") as out:  # noqa: PTH123
-                out.write(json.dumps(asdict(entry)) + "\n")
-        return entry
-
-    return write
+    return recorder(request, RECORDS, report="ACEMQ_CLUSTER_REPORT")
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     """Print every cluster test's numbers at the end of the run."""
-    records = config.stash.get(RECORDS, [])
-    if records:
-        terminalreporter.section("cluster test numbers")
-        for entry in records:
-            terminalreporter.write_line(entry.line())
+    summarise(terminalreporter, config, RECORDS, title="cluster test numbers")

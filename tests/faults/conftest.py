@@ -526,15 +526,20 @@ class FaultRecord:
 RECORDS = pytest.StashKey[list[FaultRecord]]()
 
 
-@pytest.fixture
-def record(request: pytest.FixtureRequest) -> Callable[..., FaultRecord]:
-    """Record (print, keep for the summary, append to ACEMQ_FAULTS_REPORT) a test's numbers."""
+def recorder(
+    request: pytest.FixtureRequest, records: pytest.StashKey[list[FaultRecord]], *, report: str
+) -> Callable[..., FaultRecord]:
+    """Return what records a test's numbers.
+
+    Each entry is printed, kept under ``records`` for the summary, and appended as a JSON
+    line to the file the environment variable ``report`` names.
+    """
 
     def write(**numbers: Any) -> FaultRecord:
         entry = FaultRecord(test=request.node.nodeid, **numbers)
-        request.config.stash.setdefault(RECORDS, []).append(entry)
-        print(entry.line())  # noqa: T201 - the measurement the fault tests report
-        path = os.environ.get("ACEMQ_FAULTS_REPORT")
+        request.config.stash.setdefault(records, []).append(entry)
+        print(entry.line())  # noqa: T201 - the measurement the suite reports
+        path = os.environ.get(report)
         if path:
             with open(path, "a", encoding="utf-8") as out:  # noqa: PTH123
                 out.write(json.dumps(asdict(entry)) + "\n")
@@ -543,10 +548,27 @@ def record(request: pytest.FixtureRequest) -> Callable[..., FaultRecord]:
     return write
 
 
+def summarise(
+    terminalreporter: Any,
+    config: pytest.Config,
+    records: pytest.StashKey[list[FaultRecord]],
+    *,
+    title: str,
+) -> None:
+    """Print the numbers kept under ``records`` in a section of the terminal summary."""
+    entries = config.stash.get(records, [])
+    if entries:
+        terminalreporter.section(title)
+        for entry in entries:
+            terminalreporter.write_line(entry.line())
+
+
+@pytest.fixture
+def record(request: pytest.FixtureRequest) -> Callable[..., FaultRecord]:
+    """Record (print, keep for the summary, append to ACEMQ_FAULTS_REPORT) a test's numbers."""
+    return recorder(request, RECORDS, report="ACEMQ_FAULTS_REPORT")
+
+
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     """Print every fault test's numbers at the end of the run."""
-    records = config.stash.get(RECORDS, [])
-    if records:
-        terminalreporter.section("fault test numbers")
-        for entry in records:
-            terminalreporter.write_line(entry.line())
+    summarise(terminalreporter, config, RECORDS, title="fault test numbers")
