@@ -5,14 +5,14 @@ the consumer is now (its tag, its window, the deliveries it holds) and carries o
 ``sidecar.window`` decides. A running consumer's prefetch cannot change on every queue
 type, so a new window is a new consumer on the same channel, in this order:
 
-1. Hold acks until the consumer holds its whole window, unsettled: then the broker has
-   nothing on its way to it (no credit left); acks wait until step 2 ends (a round trip
-   or two; longer while a window of large bodies is still on its way). This matters on
-   a quorum queue: its channel returns to the queue, spending a delivery attempt of
-   ``x-delivery-limit``, every delivery that reaches it for a consumer tag already
-   cancelled (seen on RabbitMQ 3.10 with deliveries in transit at the cancel: 4 and 6 of
-   480 dead-lettered at a limit of 0). A classic queue hands over what it sent before
-   the cancel-ok either way.
+1. Hold acks until the consumer holds its whole window, unsettled (``sidecar.ack_gate``):
+   then the broker has nothing on its way to it (no credit left); acks wait until step 2
+   ends (a round trip or two; longer while a window of large bodies is still on its way).
+   This matters on a quorum queue: its channel returns to the queue, spending a delivery
+   attempt of ``x-delivery-limit``, every delivery that reaches it for a consumer tag
+   already cancelled (seen on RabbitMQ 3.10 with deliveries in transit at the cancel: 4
+   and 6 of 480 dead-lettered at a limit of 0). A classic queue hands over what it sent
+   before the cancel-ok either way.
 2. ``basic.cancel`` and its cancel-ok: after it nothing comes for the old tag; what it
    delivered stays unacked on the channel and is settled as any delivery (never requeued).
 3. Wait until what the old consumer left in flight leaves room (``sidecar.window.refill``).
@@ -32,6 +32,7 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING
 
+from sidecar.ack_gate import AckGate
 from sidecar.amqp import ChannelLostError, MissingEntityError
 from sidecar.window import START_WINDOW, in_flight_window, next_window, refill
 
@@ -139,8 +140,8 @@ class InFlightWindow:
 class RouteConsumer:
     """One route's consumer on one channel; see the module docstring.
 
-    The settler acks and rejects through it (``AckChannel``), so it knows how many of its
-    deliveries the current consumer still holds, and can hold acks back for a cancel.
+    The settler acks and rejects through it (``AckChannel``), so its ``AckGate`` knows how
+    many of its deliveries the current consumer still holds, and can hold acks for a cancel.
     """
 
     def __init__(
@@ -162,13 +163,7 @@ class RouteConsumer:
         self._tag_base = f"acemq-sidecar.{route}"
         self.consumer_tag = self._tag_base  # the consumer the broker has now
         self._consumers = 1
-        self._since = 0  # the current consumer's first delivery tag (tags are per channel)
-        self._last_tag = 0
-        self._holding = 0  # the current consumer's deliveries not acked or rejected yet
-        self._arrival: asyncio.Future[None] | None = None  # the next one's, while awaited
-        self._gate_at: int | None = None  # hold acks once the consumer holds this many
-        self._acks = asyncio.Event()  # cleared while a cancel waits for its cancel-ok
-        self._acks.set()
+        self._gate = AckGate()
 
     # --- what the settler acks on ---
 
@@ -179,18 +174,18 @@ class RouteConsumer:
 
     async def ack(self, delivery_tag: int) -> bool:
         """Ack one delivery (once no cancel waits); False when the channel is gone."""
-        if not self._acks.is_set():  # the common case costs no coroutine
-            await self._acks.wait()
-        if delivery_tag >= self._since:
-            self._holding -= 1
+        gate = self._gate
+        if not gate.opened.is_set():  # the common case costs no coroutine
+            await gate.opened.wait()
+        gate.settled(delivery_tag)
         return await self._channel.ack(delivery_tag)
 
     async def reject(self, delivery_tag: int, *, requeue: bool) -> bool:
         """Reject one delivery (once no cancel waits); False when the channel is gone."""
-        if not self._acks.is_set():
-            await self._acks.wait()
-        if delivery_tag >= self._since:
-            self._holding -= 1
+        gate = self._gate
+        if not gate.opened.is_set():
+            await gate.opened.wait()
+        gate.settled(delivery_tag)
         return await self._channel.reject(delivery_tag, requeue=requeue)
 
     async def close(self) -> None:
@@ -217,16 +212,7 @@ class RouteConsumer:
         return await self._channel.wait_closed()
 
     async def _deliver(self, delivery: Delivery) -> None:
-        tag = delivery.delivery_tag
-        self._last_tag = max(self._last_tag, tag)
-        if tag >= self._since:
-            self._holding += 1
-            if self._gate_at is not None and self._holding >= self._gate_at:
-                self._acks.clear()
-                self._gate_at = None
-            arrival, self._arrival = self._arrival, None
-            if arrival is not None and not arrival.done():
-                arrival.set_result(None)
+        self._gate.delivered(delivery.delivery_tag)
         await self._settle(self, delivery)
 
     # --- changing the window ---
@@ -265,21 +251,21 @@ class RouteConsumer:
 
     async def _reconsume(self, connection: RelayConnection) -> str | None:
         """Move to a new consumer on the channel (the module's steps); why not, if it failed."""
-        window, channel = self._window, self._channel
+        window, channel, gate = self._window, self._channel, self._gate
         old, old_tag = window.current, self.consumer_tag
-        if not await self._until_full(old):  # acks wait from then on
+        if not await gate.until_full(old, idle_s=FILL_IDLE_S):  # acks wait from then on
             # Try again at a later delivery's header (not at once: nothing to fill now).
             window.wanted.clear()
             return None
         if connection.blocked_reason is not None:  # blocked while it filled: after it
-            self._acks.set()
+            gate.release()
             window.wanted.set()
             return None
         try:
             async with asyncio.timeout(RECONSUME_TIMEOUT_S):
                 confirmed = await channel.cancel(old_tag)
         finally:
-            self._acks.set()
+            gate.release()
         if not confirmed:
             return f"the broker did not confirm the cancel of consumer {old_tag}"
         if channel.consumer_cancelled:
@@ -289,10 +275,9 @@ class RouteConsumer:
         take = await self._room_for(old=old, new=new)
         self._consumers += 1
         tag = self.consumer_tag = f"{self._tag_base}#{self._consumers}"
-        # Every delivery from here on is the new consumer's: the old one's all came
-        # before its cancel-ok, and each counted itself (its task starts before ours
-        # resumes).
-        self._since, self._holding = self._last_tag + 1, 0
+        # Each of the old consumer's deliveries counted itself before its cancel-ok (its
+        # task starts before ours resumes).
+        gate.next_consumer()
         async with asyncio.timeout(RECONSUME_TIMEOUT_S):
             await channel.qos(take)
             await channel.consume(
@@ -312,46 +297,6 @@ class RouteConsumer:
         else:
             log.debug("route %s: window %d -> %d", self._route, old, take, extra=extra)
         return None
-
-    async def _until_full(self, window: int) -> bool:
-        """Return True once the consumer holds ``window`` deliveries unsettled, acks held.
-
-        Acks (and rejects) wait from then until the cancel-ok: one made then would give
-        the broker credit to send another delivery, which could be on its way at the
-        cancel. The consumer need not fill by itself (a quorum queue applies acks a little
-        later than they are made), so acks wait while it fills, once it is half full (the
-        sign of a backlog), for as long as deliveries keep coming. False, acks let go,
-        when none came for ``FILL_IDLE_S``: no backlog, and nothing needs a new window yet
-        (a consumer that is not full takes what comes, at most its window, whatever it is).
-        """
-        try:
-            if self._holding >= max(1, window // 2):
-                self._acks.clear()
-            else:
-                # _deliver closes the gate as the delivery that makes it half full comes:
-                # waiting to see it here could let a quick ack through first.
-                self._gate_at = max(1, window // 2)
-                while self._acks.is_set():
-                    await self._next_delivery()
-            while self._holding < window:
-                async with asyncio.timeout(FILL_IDLE_S):
-                    await self._next_delivery()
-        except TimeoutError:
-            self._acks.set()
-            return False
-        except BaseException:
-            self._acks.set()
-            raise
-        finally:
-            self._gate_at = None
-        return True
-
-    async def _next_delivery(self) -> None:
-        """Return once the current consumer's next delivery is counted."""
-        arrival = self._arrival
-        if arrival is None or arrival.done():  # done: given up on by a timeout
-            self._arrival = arrival = asyncio.get_running_loop().create_future()
-        await arrival
 
     async def _room_for(self, *, old: int, new: int) -> int:
         """Return the window the new consumer may start with, waiting for room if need be."""
