@@ -197,10 +197,12 @@ class FakeBroker:
             case spec.Exchange.Declare():
                 reply = spec.Exchange.DeclareOk()
             case spec.Basic.Consume():
+                if self.started is None:  # the route's first consumer: the drain starts
+                    self.started = time.process_time()
+                if channel != self._consumer:  # a re-consume on the same channel reuses them
+                    self.prepare(channel)
                 self._consumer = channel
                 self._prefetch = self._qos.get(channel, PREFETCH) or PREFETCH
-                self.prepare(channel)
-                self.started = time.process_time()
                 reply = spec.Basic.ConsumeOk(method.consumer_tag)
             case spec.Basic.Cancel():
                 reply = spec.Basic.CancelOk(method.consumer_tag)
