@@ -60,10 +60,11 @@ class _Retries:
         self.attempts = 0  # publishes of this plan the broker held back
         self.alone = False  # publish on a channel of its own (once a refusal was ambiguous)
 
-    def restart(self) -> None:
+    def restart(self) -> _Retries:
         """Count and back off afresh for a new plan (the quarantine copy); alone stays."""
         self.attempts = 0
         self.backoff.reset()
+        return self
 
 
 class Settler:
@@ -181,12 +182,12 @@ class Settler:
     ) -> Outcome | DeadLetter | None:
         """Publish what the plan says until the broker takes it; None when we must let go."""
         plan = self._plan(delivery)
-        retries = _Retries(rng=self._rng)
+        retries: _Retries | None = None  # made at the first retry: most deliveries have none
         while True:
             if not await self._unblocked(held):
                 return None  # stopping while blocked: the broker redelivers it
             decision = await self._publisher.attempt(
-                lane, delivery, plan, held, alone=retries.alone
+                lane, delivery, plan, held, alone=retries is not None and retries.alone
             )
             after: Wait | Quarantine | DeadLetter | None
             match decision:
@@ -195,9 +196,11 @@ class Settler:
                         self._log.quarantined(plan.reason, delivery, now=self._clock.monotonic())
                     return outcome
                 case Alone():
+                    retries = self._retries(retries)
                     after = self._alone(decision, retries)
                 case Hold():
                     held.take(decision.reason)
+                    retries = self._retries(retries)
                     after = await self._hold(consumer, decision, plan, retries, started=started)
                 case _:
                     after = decision
@@ -206,11 +209,14 @@ class Settler:
                     continue
                 case Quarantine():
                     plan = after
-                    retries.restart()
+                    retries = self._retries(retries).restart()
                 case DeadLetter() | None:
                     return after
                 case _:
                     assert_never(after)
+
+    def _retries(self, retries: _Retries | None) -> _Retries:
+        return retries if retries is not None else _Retries(rng=self._rng)
 
     def _alone(self, alone: Alone, retries: _Retries) -> Wait:
         """Publish the same plan again at once, alone on a channel of its own."""
