@@ -26,10 +26,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import Counter, Gauge
 
 from sidecar.contract import APP_LABEL, LEGACY_NAMES, UNKNOWN_RESERVED_LABEL, Kind
 from sidecar.producers import DEFAULT_PRODUCERS_PER_ROUTE, UNKNOWN, ProducerLabels
+from sidecar.settled_series import SettledSeries, Tally
 from sidecar.settlement import Outcome
 
 if TYPE_CHECKING:
@@ -82,8 +83,7 @@ class ReloadResult(StrEnum):
 class _RouteSeries:
     """One route's labelled children, resolved once so the hot path skips ``.labels``."""
 
-    messages: dict[Outcome, Counter]
-    relay_seconds: Histogram
+    settled: Tally  # messages_total and relay_seconds
     route_up: Gauge
     retried_copies: Counter
     dead_lettered: Counter
@@ -104,24 +104,28 @@ class Metrics:
         contract: str,
         producers_per_route: int = DEFAULT_PRODUCERS_PER_ROUTE,
     ) -> None:
-        self._messages = Counter(
-            f"{PREFIX}messages_total",
-            "Staging messages settled (acked after a confirmed copy), by outcome: relayed ="
-            " normalised copy on the target; quarantined = original on the quarantine exchange"
-            " (rejected, unroutable or unwritable); audited = original relayed unchanged in"
-            " audit mode.",
-            ["route", "outcome"],
-            registry=registry,
+        self._settled = SettledSeries(
+            registry,
+            messages=(
+                f"{PREFIX}messages",
+                (
+                    "Staging messages settled (acked after a confirmed copy), by outcome: relayed"
+                    " = normalised copy on the target; quarantined = original on the quarantine"
+                    " exchange (rejected, unroutable or unwritable); audited = original relayed"
+                    " unchanged in audit mode."
+                ),
+            ),
+            seconds=(
+                f"{PREFIX}relay_seconds",
+                (
+                    "Seconds from receiving a staging message to acking it after the broker"
+                    " confirmed its copy (target or quarantine); includes any time it was held"
+                    " by a pause."
+                ),
+            ),
+            buckets=RELAY_SECONDS_BUCKETS,
         )
         self._drift = _Violations(registry, producers_per_route=producers_per_route)
-        self._relay_seconds = Histogram(
-            f"{PREFIX}relay_seconds",
-            "Seconds from receiving a staging message to acking it after the broker confirmed"
-            " its copy (target or quarantine); includes any time it was held by a pause.",
-            ["route"],
-            buckets=RELAY_SECONDS_BUCKETS,
-            registry=registry,
-        )
         self._in_flight = Gauge(
             f"{PREFIX}in_flight",
             "Messages received from the staging queue and not yet acked; at most the route's"
@@ -173,9 +177,7 @@ class Metrics:
         series = self._routes.pop(route, None)
         if series is None:
             return
-        for outcome in series.messages:
-            self._messages.remove(route, outcome)
-        self._relay_seconds.remove(route)
+        self._settled.remove_route(route)
         self._in_flight.remove(route)
         del self._in_flight_counts[route]
         self._route_up.remove(route)
@@ -188,8 +190,7 @@ class Metrics:
         series = self._routes.get(route)
         if series is None:
             series = self._series(route)
-        series.messages[outcome].inc()
-        series.relay_seconds.observe(seconds)
+        series.settled.observe(outcome, seconds)
 
     def count_violations(
         self, route: str, violations: Iterable[tuple[str, str]], *, producer: str = UNKNOWN
@@ -247,8 +248,7 @@ class Metrics:
         if series is not None:
             return series
         series = _RouteSeries(
-            messages={outcome: self._messages.labels(route, outcome) for outcome in Outcome},
-            relay_seconds=self._relay_seconds.labels(route),
+            settled=self._settled.add_route(route),
             route_up=self._route_up.labels(route),
             retried_copies=self._retried_copies.labels(route),
             dead_lettered=self._dead_lettered.labels(route),

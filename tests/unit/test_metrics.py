@@ -122,6 +122,34 @@ def test_observe_message_counts_one_outcome_and_observes_latency(
     assert value(registry, "relay_seconds_count", route="billing") == 0
 
 
+def test_relay_seconds_buckets_are_upper_bounds_inclusive_and_cumulative(
+    metrics: Metrics, registry: CollectorRegistry
+) -> None:
+    """As a prometheus_client Histogram counts: a value on a bound is in that bucket (le)."""
+    for seconds in (0.0005, 0.0005001, 10.0, 11.0):
+        metrics.observe_message("orders", Outcome.RELAYED, seconds)
+    assert value(registry, "relay_seconds_bucket", route="orders", le="0.0005") == 1
+    assert value(registry, "relay_seconds_bucket", route="orders", le="0.001") == 2
+    assert value(registry, "relay_seconds_bucket", route="orders", le="5.0") == 2
+    assert value(registry, "relay_seconds_bucket", route="orders", le="10.0") == 3
+    assert value(registry, "relay_seconds_bucket", route="orders", le="+Inf") == 4
+    assert value(registry, "relay_seconds_count", route="orders") == 4
+    assert value(registry, "relay_seconds_sum", route="orders") == pytest.approx(21.0010001)
+    assert value(registry, "messages_total", route="orders", outcome="relayed") == 4
+
+
+def test_the_settled_series_expose_created_as_prometheus_client_does(
+    metrics: Metrics, registry: CollectorRegistry
+) -> None:
+    metrics.add_route("orders")
+    for name, labels in (
+        ("messages_created", {"route": "orders", "outcome": "relayed"}),
+        ("relay_seconds_created", {"route": "orders"}),
+        ("retried_copies_created", {"route": "orders"}),
+    ):
+        assert (value(registry, name, **labels) or 0) > 0, name
+
+
 def test_count_violations_counts_each_pair(metrics: Metrics, registry: CollectorRegistry) -> None:
     """Each (kind, header) pair adds one to its own series; repeated pairs add again."""
     metrics.add_route("orders")
