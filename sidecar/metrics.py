@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING
 from prometheus_client import Counter, Gauge
 
 from sidecar.contract import APP_LABEL, LEGACY_NAMES, UNKNOWN_RESERVED_LABEL, Kind
+from sidecar.plain_series import Cell, PlainCounters, SettledSeries, Tally
 from sidecar.producers import DEFAULT_PRODUCERS_PER_ROUTE, UNKNOWN, ProducerLabels
-from sidecar.settled_series import SettledSeries, Tally
 from sidecar.settlement import Outcome
 
 if TYPE_CHECKING:
@@ -269,26 +269,26 @@ class _Violations:
     """
 
     def __init__(self, registry: CollectorRegistry, *, producers_per_route: int) -> None:
-        self._violations = Counter(
+        self._violations = PlainCounters(
+            registry,
             f"{PREFIX}violations_total",
             "Envelope rules that fired on consumed messages, by kind (CONTRACT.md section 6)"
             " and header (the contract name; x-acemq-* for any unknown reserved name, app for"
             " an application header). A rise means a publisher drifts from the contract.",
-            ["route", "kind", "header"],
-            registry=registry,
+            ("route", "kind", "header"),
         )
-        self._producer_violations = Counter(
+        self._producer_violations = PlainCounters(
+            registry,
             f"{PREFIX}producer_violations_total",
             "Envelope rules that fired, by the service that produced the message: the part of"
             " x-acemq-origin before '@' (app_id on a publishers: apps route); unknown when it"
             " names none; other past the route's limit of distinct producers or for a name"
             " that looks like an id or a host. Which service to fix when drift rises.",
-            ["route", "producer", "kind"],
-            registry=registry,
+            ("route", "producer", "kind"),
         )
         self._producers = ProducerLabels(producers_per_route)
-        self._producer_children: dict[tuple[str, str, str], Counter] = {}
-        self._violation_children: dict[tuple[str, str, str], Counter] = {}
+        self._producer_children: dict[tuple[str, str, str], Cell] = {}
+        self._violation_children: dict[tuple[str, str, str], Cell] = {}
 
     def add_route(self, route: str) -> None:
         """Create the series the drift alert watches (``DRIFT_VIOLATIONS``) at zero."""
@@ -314,7 +314,7 @@ class _Violations:
             child = self._violation_children.get(key)
             if child is None:
                 child = self._violation_child(route, kind, header)
-            child.inc()
+            child.value += 1
             if producer_label is None:
                 producer_label = self._producers.label(route, producer)
             by_producer = (route, producer_label, str(kind))
@@ -322,9 +322,9 @@ class _Violations:
             if producer_child is None:
                 producer_child = self._producer_violations.labels(*by_producer)
                 self._producer_children[by_producer] = producer_child
-            producer_child.inc()
+            producer_child.value += 1
 
-    def _violation_child(self, route: str, kind: str, header: str) -> Counter:
+    def _violation_child(self, route: str, kind: str, header: str) -> Cell:
         """Create, cache and return the ``violations_total`` child of one triple."""
         # str() so that a StrEnum kind and its plain string value share one cache entry
         # and one label value.

@@ -138,13 +138,19 @@ def test_relay_seconds_buckets_are_upper_bounds_inclusive_and_cumulative(
     assert value(registry, "messages_total", route="orders", outcome="relayed") == 4
 
 
-def test_the_settled_series_expose_created_as_prometheus_client_does(
+def test_the_plain_series_expose_created_as_prometheus_client_does(
     metrics: Metrics, registry: CollectorRegistry
 ) -> None:
     metrics.add_route("orders")
+    metrics.count_violations("orders", [("coerced", "x-acemq-attempt")], producer="billing")
     for name, labels in (
         ("messages_created", {"route": "orders", "outcome": "relayed"}),
         ("relay_seconds_created", {"route": "orders"}),
+        ("violations_created", {"route": "orders", "kind": "coerced", "header": "x-acemq-attempt"}),
+        (
+            "producer_violations_created",
+            {"route": "orders", "producer": "billing", "kind": "coerced"},
+        ),
         ("retried_copies_created", {"route": "orders"}),
     ):
         assert (value(registry, name, **labels) or 0) > 0, name
@@ -473,3 +479,8 @@ def test_a_removed_route_forgets_its_producers() -> None:
         value(registry, "producer_violations_total", route="orders", producer="b", kind="coerced")
         == 1
     )
+
+
+def test_a_plain_counter_refuses_the_wrong_number_of_labels(metrics: Metrics) -> None:
+    with pytest.raises(ValueError, match="violations: expected labels"):
+        metrics._drift._violations.labels("orders", "coerced")

@@ -1,13 +1,14 @@
-"""Each route's settled messages, by outcome, and its relay seconds: plain numbers, scraped.
+"""The series every message moves, kept as plain numbers and read at scrape.
 
-Every settled message moves both series, so ``sidecar.metrics`` keeps them here rather
-than in prometheus_client's ``Counter`` and ``Histogram``: a message costs a bisect and
-three additions in the event loop (their only writer), not two locked updates and a walk
-over the buckets. A scrape, from the HTTP thread, reads copies made under the GIL (the sum
-may be a message ahead of the buckets, as with prometheus_client's own per-value locks)
-and exposes the samples a ``Counter`` (``route``, ``outcome``) and a ``Histogram``
-(``route``) of the same names would, ``_created`` included. The names and help texts are
-``sidecar.metrics``'s.
+``sidecar.metrics`` keeps here, rather than in prometheus_client's ``Counter`` and
+``Histogram``, the series a delivery moves on the hot path: each route's settled messages
+by outcome and its relay seconds (``SettledSeries``), and the drift counters of repaired
+messages (``PlainCounters``). A message then costs a few additions (and a bisect) in the
+event loop, their only writer, not locked updates and a walk over the buckets. A scrape,
+from the HTTP thread, reads copies made under the GIL (a histogram's sum may be a message
+ahead of its buckets, as with prometheus_client's own per-value locks) and exposes the
+samples a ``Counter`` or ``Histogram`` of the same names and labels would, ``_created``
+included. The names and help texts are ``sidecar.metrics``'s.
 """
 
 from __future__ import annotations
@@ -30,7 +31,67 @@ if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
     from prometheus_client.metrics_core import Metric
 
-__all__ = ["SettledSeries", "Tally"]
+__all__ = ["Cell", "PlainCounters", "SettledSeries", "Tally"]
+
+
+def _use_created() -> bool:
+    """Whether prometheus_client exposes ``_created`` samples (its own setting)."""
+    return prometheus_client.metrics._use_created  # noqa: SLF001 - as its Counter reads it
+
+
+class Cell:
+    """One counter series: add to ``value`` (from the event loop only)."""
+
+    __slots__ = ("created", "value")
+
+    def __init__(self) -> None:
+        self.value = 0.0
+        self.created = time.time()
+
+
+class PlainCounters:
+    """A counter family whose series are ``Cell``s, one per label values."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        name: str,
+        documentation: str,
+        labelnames: tuple[str, ...],
+    ) -> None:
+        self._name = name.removesuffix("_total")
+        self._documentation = documentation
+        self._labelnames = labelnames
+        self._cells: dict[tuple[str, ...], Cell] = {}
+        registry.register(self)
+
+    def labels(self, *values: str) -> Cell:
+        """Return the series of these label values, made at zero if it has none."""
+        if len(values) != len(self._labelnames):
+            raise ValueError(f"{self._name}: expected labels {self._labelnames}, got {values}")
+        key = tuple(map(str, values))
+        cell = self._cells.get(key)
+        if cell is None:
+            cell = self._cells[key] = Cell()
+        return cell
+
+    def remove(self, *values: str) -> None:
+        """Drop the series of these label values; unknown: no-op."""
+        self._cells.pop(tuple(map(str, values)), None)
+
+    def describe(self) -> Iterator[Metric]:
+        """Return the family without samples: the registry checks the name is free."""
+        return iter((self._family(),))
+
+    def collect(self) -> Iterator[Metric]:
+        """Return the family with every series."""
+        family, created = self._family(), _use_created()
+        for key, cell in list(self._cells.items()):
+            family.add_metric(key, cell.value, created=cell.created if created else None)
+        return iter((family,))
+
+    def _family(self) -> CounterMetricFamily:
+        return CounterMetricFamily(self._name, self._documentation, labels=self._labelnames)
 
 
 class Tally:
@@ -89,7 +150,7 @@ class SettledSeries:
     def collect(self) -> Iterator[Metric]:
         """Return the two families with every route's series."""
         messages, seconds = self._families()
-        created = prometheus_client.metrics._use_created  # noqa: SLF001 - as its Counter reads it
+        created = _use_created()
         created_name = f"{self._seconds[0]}_created"
         for route, tally in list(self._routes.items()):
             for outcome, count in list(tally.outcomes.items()):
