@@ -17,7 +17,8 @@ pairs from the contract's closed sets. Never pass a message id, a raw unknown he
 or a hostname here.
 
 Not thread-safe for writes: call the mutators from the event loop only. Scrapes from the
-HTTP thread read through prometheus_client's own locks.
+HTTP thread read through prometheus_client's own locks, and the series a message moves on
+the hot path (``sidecar.plain_series``) as copies of plain numbers made under the GIL.
 """
 
 from __future__ import annotations
