@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 
     from sidecar.amqp.lifecycle import ChannelLink
     from sidecar.contract import PropertyValue
-    from sidecar.delivery import Delivery
+    from sidecar.delivery import Delivery, UnreadHeader
     from sidecar.wire import FieldValue
 
 __all__ = ["Channel"]
@@ -237,6 +237,10 @@ class Channel(ChannelLife):
     def on_body(self, payload: bytes) -> None:
         """Handle a content body frame."""
         self._inbound.on_body(payload)
+
+    def on_unread_header(self, unread: UnreadHeader, *, body_size: int) -> None:
+        """Handle a content header too large to read (passed over): its size and body size."""
+        self._inbound.on_unread_header(unread, body_size=body_size)
 
     def _lost(self, error: ChannelLostError) -> None:
         self._confirms.fail(error)

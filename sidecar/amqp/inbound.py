@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
     from sidecar.amqp.acks import Acks
     from sidecar.amqp.confirms import Confirms
-    from sidecar.delivery import Delivery
+    from sidecar.delivery import Delivery, UnreadHeader
     from sidecar.frames import BasicDeliver
 
 __all__ = ["Inbound", "InboundChannel"]
@@ -81,7 +81,13 @@ class Inbound:
 
     def on_header(self, payload: bytes) -> None:
         """Take the pending message's content header."""
-        content = self._content.on_header(payload)
+        self._took_header(self._content.on_header(payload))
+
+    def on_unread_header(self, unread: UnreadHeader, *, body_size: int) -> None:
+        """Take the pending message's content header, too large to read: its size only."""
+        self._took_header(self._content.on_unread_header(unread, body_size=body_size))
+
+    def _took_header(self, content: Content | None) -> None:
         if self._on_body_size is not None and (size := self._content.announced) is not None:
             self._on_body_size(size)
         if content is not None:
@@ -98,7 +104,7 @@ class Inbound:
             self._on_return(content, method)
         elif self._callback is not None and self._channel.state is not ChannelState.CLOSED:
             self._acks.expect(method.delivery_tag)
-            delivery = delivery_of(method, content.header, content.body)
+            delivery = delivery_of(method, content.header, content.body, content.unread)
             self._spawn(self._callback(delivery))
 
     def _on_return(self, content: Content, method: BasicReturn) -> None:
