@@ -285,7 +285,7 @@ def internal_error(error: Exception) -> Quarantine:
 
 
 def publishable_properties(
-    properties: Mapping[str, PropertyValue], headers: dict[str, FieldValue], *, login: str
+    properties: Mapping[str, PropertyValue], headers: dict[str, FieldValue], *, login: str | None
 ) -> dict[str, PropertyValue]:
     """Return properties the broker will accept from our login (CONTRACT.md section 2).
 
@@ -298,7 +298,7 @@ def publishable_properties(
 
 
 def quarantine_copy(
-    delivery: Delivery, *, reason: str, queue: str, login: str
+    delivery: Delivery, *, reason: str, queue: str, login: str | None
 ) -> tuple[dict[str, PropertyValue], dict[str, FieldValue]]:
     """Return the properties and headers of a delivery's quarantine copy (DESIGN.md).
 
