@@ -18,14 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests.e2e.conftest import Sidecar
 from tests.faults.conftest import FaultRecord, recorder, summarise
 from tests.faults.private_node import PrivateNode, private_node
-from tests.support import Broker, open_broker
+from tests.faults.test_refusals import nb, sidecar_on_node
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Iterator
-    from pathlib import Path
+    from collections.abc import Callable, Iterator
 
 # Per route: two routes of 10,000 are the issue's 20,000.
 PER_LANE = int(os.environ.get("ACEMQ_SOAK_PER_LANE", "10000"))
@@ -49,21 +47,9 @@ def node(_opt_in: None) -> Iterator[PrivateNode]:
         yield started
 
 
-@pytest.fixture
-async def client(node: PrivateNode) -> AsyncIterator[Broker]:
-    """A test client on the node (aiormq takes its 1 MiB frame size), self-deleting topology."""
-    async with open_broker(node.url) as broker:
-        yield broker
-
-
-@pytest.fixture
-async def sidecar(node: PrivateNode, tmp_path: Path) -> AsyncIterator[Sidecar]:
-    """A sidecar process on the node, killed at teardown whatever happened."""
-    process = Sidecar(amqp_url=node.url, workdir=tmp_path)
-    try:
-        yield process
-    finally:
-        await process.kill()
+# The fault suite's client and sidecar on a private node, here on the package's ``node``.
+client = nb
+sidecar = sidecar_on_node
 
 
 RECORDS = pytest.StashKey[list[FaultRecord]]()

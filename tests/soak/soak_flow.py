@@ -11,7 +11,6 @@ its plan says: ``MixedFlow.check`` (none lost, none misplaced, duplicates bounde
 
 from __future__ import annotations
 
-import signal
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -42,7 +41,6 @@ ROUTES = 2
 IN_FLIGHT_BOUND = PREFETCH * ROUTES  # what one lost channel or connection can leave unacked
 SETTLE_TIMEOUT_S = 120.0
 GRACE_S = 10.0
-EXIT_MARGIN_S = 5.0
 SPREAD = 8  # a condition's messages go in after every eighth of the backlog
 ERROR_HEADER = "x-acemq-error"
 
@@ -233,13 +231,6 @@ async def wait_settled(flow: SoakFlow, sidecar: Sidecar) -> float:
         context=sidecar.output,
     )
     return time.monotonic()
-
-
-async def stop(sidecar: Sidecar) -> None:
-    """SIGTERM: the sidecar must exit 0 within its grace period."""
-    sidecar.send(signal.SIGTERM)
-    status = await sidecar.wait_exit(timeout_s=GRACE_S + EXIT_MARGIN_S)
-    assert status == 0, f"exit status {status} after SIGTERM\n{sidecar.output()}"
 
 
 async def books(

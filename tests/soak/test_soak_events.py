@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.e2e.conftest import declare_flow, eventually, make_ids, publish_ids
+from tests.e2e.test_process import stop_cleanly
 from tests.faults.conftest import scrape, wait_recovered
 from tests.faults.test_faults import left_in_staging, wait_progress
 from tests.faults.test_refusals import Tally
@@ -30,7 +31,6 @@ from tests.soak.soak_flow import (
     books,
     declare_soak_flow,
     start,
-    stop,
     wait_settled,
 )
 
@@ -80,15 +80,14 @@ async def test_item_4_a_memory_alarm_mid_flow_pauses_both_routes_until_it_clears
         sidecar.send(signal.SIGCONT)
     try:
         left = await left_in_staging(flow, fault="the memory alarm")
-        body = ""
-
-        async def blocked() -> bool:
-            nonlocal body
-            status, body = await sidecar.get("/readyz")
-            return status == 503 and '"broker": "blocked: ' in body
-
-        await eventually(blocked, timeout_s=30, what="/readyz says blocked", context=lambda: body)
-        assert await sidecar.metric("acemq_sidecar_broker_blocked") == 1
+        await eventually(
+            lambda: metric_is(sidecar, "acemq_sidecar_broker_blocked", 1),
+            timeout_s=30,
+            what="broker_blocked 1",
+            context=sidecar.output,
+        )
+        status, body = await sidecar.get("/readyz")
+        assert (status, '"broker": "blocked: low on memory"' in body) == (503, True), body
         before = await flow.downstream()
         await asyncio.sleep(BLOCKED_FOR_S)
         while_blocked = await flow.downstream() - before
@@ -101,7 +100,7 @@ async def test_item_4_a_memory_alarm_mid_flow_pauses_both_routes_until_it_clears
     assert metrics.value("acemq_sidecar_broker_blocked") == 0
     assert metrics.value("acemq_sidecar_reconnects_total") == 0, sidecar.output()
     await wait_settled(flow, sidecar)
-    await stop(sidecar)
+    await stop_cleanly(sidecar)
     await flow.take_dead_letters()
     await books(
         flow,
@@ -176,7 +175,7 @@ async def test_item_11_the_brokers_basic_cancel_mid_flow_and_a_route_that_resume
     relayed_total = await sidecar.metric(
         "acemq_sidecar_messages_total", route="scratch", outcome="relayed"
     )
-    await stop(sidecar)
+    await stop_cleanly(sidecar)
     await flow.take_dead_letters()
     await taken.take(client, scratch.target)
     copies = taken.copies()
@@ -203,6 +202,11 @@ async def test_item_11_the_brokers_basic_cancel_mid_flow_and_a_route_that_resume
             f" {SCRATCH_AGAIN} new ones were relayed"
         ),
     )
+
+
+async def metric_is(sidecar: Sidecar, name: str, value: float) -> bool:
+    """Whether the sidecar's /metrics sample ``name`` has ``value``."""
+    return await sidecar.metric(name) == value
 
 
 async def depth_at_least(client: Broker, queue: str, depth: int) -> bool:
@@ -241,12 +245,12 @@ async def test_item_12_sigterm_again_and_again_while_starting_and_relaying(
                 ready_s.append(time.monotonic() - spawned)
         await asyncio.sleep(delay)
         left.append(await left_in_staging(flow, fault=f"SIGTERM {run + 1}"))
-        await stop(sidecar)
+        await stop_cleanly(sidecar)
     spawned = time.monotonic()
     await sidecar.start()
     ready_s.append(time.monotonic() - spawned)
     await wait_settled(flow, sidecar)
-    await stop(sidecar)
+    await stop_cleanly(sidecar)
     await flow.take_dead_letters()
     stops = len(WHILE_STARTING_S + WHILE_RELAYING_S)
     await books(

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.e2e.conftest import eventually, make_ids
+from tests.e2e.test_process import stop_cleanly
 from tests.faults.conftest import Fate, scrape, wait_recovered
 from tests.faults.test_faults import left_in_staging, wait_progress
 from tests.soak.conftest import PER_LANE
@@ -30,7 +31,6 @@ from tests.soak.soak_flow import (
     declare_soak_flow,
     node_log_lines,
     start,
-    stop,
     wait_settled,
 )
 
@@ -80,7 +80,7 @@ async def test_item_1_large_header_tables_are_relayed_with_no_reconnect(
     settled = await wait_settled(flow, sidecar)
     reconnects = (await scrape(sidecar)).value("acemq_sidecar_reconnects_total")
     assert reconnects == 0, sidecar.output()
-    await stop(sidecar)
+    await stop_cleanly(sidecar)
     await flow.take_dead_letters()
     await books(
         flow,
@@ -126,7 +126,7 @@ async def test_item_2_held_deliveries_are_quarantined_before_the_consumer_timeou
             nack_retry={"max_attempts": 1000, "max_s": 3600},  # the timeout decides
         )
         settled = await wait_settled(flow, sidecar)
-        await stop(sidecar)
+        await stop_cleanly(sidecar)
     finally:
         await node.ctl.run(
             "eval", f"application:set_env(rabbit, consumer_timeout, {DEFAULT_CONSUMER_TIMEOUT_MS})."
@@ -190,7 +190,7 @@ async def test_item_3_a_fanout_queue_full_for_a_share_of_the_flow_bounds_the_cop
     resumed = await wait_recovered(sidecar, flow, since=cleared)
     await wait_settled(flow, sidecar)
     retries = await sidecar.metric("acemq_sidecar_retried_copies_total", route="invoices")
-    await stop(sidecar)
+    await stop_cleanly(sidecar)
     await flow.take_dead_letters()
     copies = flow.target_copies(flow.ids_of(invoices))
     nacked = flow.replan_quarantined(flow.ids_of(invoices), reason="nacked")
@@ -246,7 +246,7 @@ async def test_item_5_max_message_size_lowered_below_queued_messages_then_restor
     assert other_moved > 0 or await client.depth(invoices.staging) == 0, "invoices stopped"
     resumed = await wait_recovered(sidecar, flow, since=cleared)
     await wait_settled(flow, sidecar)
-    await stop(sidecar)
+    await stop_cleanly(sidecar)
     dead_lettered = await flow.take_dead_letters(allowed=big)
     quarantined = flow.replan_quarantined(big, reason="406")
     relayed = len(flow.target_copies(big))
