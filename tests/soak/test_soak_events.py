@@ -57,9 +57,13 @@ WHILE_RELAYING_S = (0.3, 1.0, 0.1, 1.5)
 
 
 async def resumed_lanes(flow: SoakFlow, sidecar: Sidecar) -> list[float]:
-    """Wait for PROGRESS more copies on each lane's target; return when each came."""
+    """Wait for a first, then PROGRESS more copies on each lane's target; return when each came."""
     marks = [await Moving(flow, lane).mark() for lane in flow.lanes]
-    return [await mark.wait_moved(PROGRESS, context=sidecar.output) for mark in marks]
+    return [
+        await mark.wait_moved(more, context=sidecar.output)
+        for more in (1, PROGRESS)
+        for mark in marks
+    ]
 
 
 async def test_item_4_a_memory_alarm_mid_flow_pauses_both_routes_until_it_clears(
@@ -112,7 +116,8 @@ async def test_item_4_a_memory_alarm_mid_flow_pauses_both_routes_until_it_clears
         note=(
             f"{left} in staging at the alarm; {while_blocked} copies arrived in"
             f" {BLOCKED_FOR_S:g} s blocked ({body.strip()}); resumed is /readyz 200, then"
-            f" {PROGRESS} more copies on each route; reconnects 0"
+            f" a first and {PROGRESS} more copies on each route (orders, invoices) after the"
+            " clear; reconnects 0"
         ),
     )
 
