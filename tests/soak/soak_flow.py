@@ -11,6 +11,7 @@ its plan says: ``MixedFlow.check`` (none lost, none misplaced, duplicates bounde
 
 from __future__ import annotations
 
+import signal
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ from tests.faults.test_refusals import Tally, dead_letter_queue
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
+    from tests.faults.conftest import RabbitCtl
     from tests.faults.private_node import PrivateNode
     from tests.support import Broker
 
@@ -231,6 +233,19 @@ async def wait_settled(flow: SoakFlow, sidecar: Sidecar) -> float:
         context=sidecar.output,
     )
     return time.monotonic()
+
+
+async def held_still(sidecar: Sidecar, ctl: RabbitCtl, *args: str) -> None:
+    """Run one rabbitmqctl command with the sidecar stopped (SIGSTOP), then let it go.
+
+    rabbitmqctl takes a second or two to start, in which the sidecar would relay a few
+    thousand: held still, the condition lands mid-flow, with deliveries in flight.
+    """
+    sidecar.send(signal.SIGSTOP)
+    try:
+        await ctl.run(*args)
+    finally:
+        sidecar.send(signal.SIGCONT)
 
 
 async def books(

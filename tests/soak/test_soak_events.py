@@ -11,7 +11,6 @@ resumed by themselves.
 from __future__ import annotations
 
 import asyncio
-import signal
 import time
 from typing import TYPE_CHECKING
 
@@ -30,6 +29,7 @@ from tests.soak.soak_flow import (
     Moving,
     books,
     declare_soak_flow,
+    held_still,
     start,
     wait_settled,
 )
@@ -77,11 +77,7 @@ async def test_item_4_a_memory_alarm_mid_flow_pauses_both_routes_until_it_clears
     await flow.publish(PER_LANE)
     await start(flow, sidecar)
     await wait_progress(flow, sidecar, more=PROGRESS)
-    sidecar.send(signal.SIGSTOP)  # rabbitmqctl takes a second or two: keep the flow mid-way
-    try:
-        await node.ctl.run("set_vm_memory_high_watermark", "absolute", "1")
-    finally:
-        sidecar.send(signal.SIGCONT)
+    await held_still(sidecar, node.ctl, "set_vm_memory_high_watermark", "absolute", "1")
     try:
         left = await left_in_staging(flow, fault="the memory alarm")
         await eventually(

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import re
-import signal
 import time
 from typing import TYPE_CHECKING
 
@@ -29,6 +28,7 @@ from tests.soak.soak_flow import (
     Moving,
     books,
     declare_soak_flow,
+    held_still,
     node_log_lines,
     start,
     wait_settled,
@@ -166,13 +166,8 @@ async def test_item_3_a_fanout_queue_full_for_a_share_of_the_flow_bounds_the_cop
     await start(flow, sidecar, nack_retry={"max_attempts": NACK_ATTEMPTS, "max_s": 60})
     await wait_progress(flow, sidecar)
     full = json.dumps({"max-length": 0, "overflow": "reject-publish"})
-    sidecar.send(signal.SIGSTOP)  # rabbitmqctl takes a second or two: keep the flow mid-way
-    try:
-        await node.ctl.run(
-            "set_policy", POLICY, f"^{re.escape(mirror)}$", full, "--apply-to", "queues"
-        )
-    finally:
-        sidecar.send(signal.SIGCONT)
+    policy = ("set_policy", POLICY, f"^{re.escape(mirror)}$", full, "--apply-to", "queues")
+    await held_still(sidecar, node.ctl, *policy)
     try:
         left = await left_in_staging(flow, fault="the full queue")
         other = await Moving(flow, orders).mark()
