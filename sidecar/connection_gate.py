@@ -13,11 +13,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import weakref
 from typing import TYPE_CHECKING, ClassVar, assert_never
 
 from sidecar.amqp import ChannelClosedError, ChannelLostError
-from sidecar.publish_gate import PROBE_BODY, PROBE_ROUTING_KEY, Admit, GateState, admit, probe_again
+from sidecar.publish_gate import (
+    PROBE_BODY,
+    PROBE_ROUTING_KEY,
+    QUIET_S,
+    Admit,
+    GateState,
+    admit,
+    probe_again,
+)
 from sidecar.waits import first_of
 
 if TYPE_CHECKING:
@@ -51,6 +60,8 @@ class ConnectionGate:
     def __init__(self, connection: RelayConnection) -> None:
         self._connection = connection
         self.in_flight = 0  # publishes entered and not left yet
+        self._answered_at = -math.inf  # the loop's time when the last one left
+        self._loop = asyncio.get_running_loop()
         self._proving = False  # a probe or a lead publish is out, unanswered
         self._probe_refused = False
         self._waiters: list[asyncio.Future[None]] = []  # for the probe's or the lead's answer
@@ -59,7 +70,11 @@ class ConnectionGate:
 
     def try_enter(self) -> bool:
         """Enter at once while the connection keeps publishing; False: ``enter`` must wait."""
-        if self.in_flight and not self._proving and self._connection.blocked_reason is None:
+        if (
+            not self._proving
+            and (self.in_flight or self._loop.time() - self._answered_at < QUIET_S)
+            and self._connection.blocked_reason is None
+        ):
             self.in_flight += 1
             return True
         return False
@@ -76,6 +91,7 @@ class ConnectionGate:
                 GateState(
                     blocked=self._connection.blocked_reason is not None,
                     in_flight=self.in_flight,
+                    quiet_s=self._loop.time() - self._answered_at,
                     proving=self._proving,
                     probe_refused=self._probe_refused,
                 )
@@ -105,6 +121,7 @@ class ConnectionGate:
     def leave(self, *, lead: bool) -> None:
         """Count out a publish that has its answer (or failed); a lead's lets the others go."""
         self.in_flight -= 1
+        self._answered_at = self._loop.time()
         if lead:
             self._proven()
 
@@ -134,6 +151,7 @@ class ConnectionGate:
     def _proven(self) -> None:
         """Let every publish waiting go, together: the broker answered the probe or the lead."""
         self._proving = False
+        self._answered_at = self._loop.time()
         waiters, self._waiters = self._waiters, []
         for granted in waiters:
             if not granted.done():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -11,30 +12,55 @@ import pytest
 from sidecar.amqp import ChannelClosedError, ChannelLostError, Publisher, RelayConnection
 from sidecar.connection_gate import ConnectionGate
 from sidecar.delivery import PublishOutcome
-from sidecar.publish_gate import PROBE_BODY, PROBE_ROUTING_KEY, Admit, GateState, admit, probe_again
+from sidecar.publish_gate import (
+    PROBE_BODY,
+    PROBE_ROUTING_KEY,
+    QUIET_S,
+    Admit,
+    GateState,
+    admit,
+    probe_again,
+)
 
 # --- the decisions ---
 
 
+NEVER = math.inf  # no answer yet on the connection
+JUST = QUIET_S / 2  # answered a moment ago
+
+
 @pytest.mark.parametrize(
-    ("blocked", "in_flight", "proving", "probe_refused", "expected"),
+    ("blocked", "in_flight", "quiet_s", "proving", "probe_refused", "expected"),
     [
-        (False, 0, False, False, Admit.PROBE),  # quiet: the broker may be blocking
-        (False, 0, False, True, Admit.LEAD),  # quiet, probe refused: one copy alone
-        (False, 3, False, False, Admit.GO),  # flowing: the broker is reading
-        (False, 3, False, True, Admit.GO),
-        (False, 0, True, False, Admit.WAIT),  # the probe is out
-        (False, 1, True, True, Admit.WAIT),  # the lead is out
-        (True, 0, False, False, Admit.WAIT),  # blocked: nothing new
-        (True, 5, False, False, Admit.WAIT),
-        (True, 0, True, False, Admit.WAIT),
+        (False, 0, NEVER, False, False, Admit.PROBE),  # the first: the broker may be blocking
+        (False, 0, QUIET_S, False, False, Admit.PROBE),  # a quiet spell
+        (False, 0, NEVER, False, True, Admit.LEAD),  # quiet, probe refused: one copy alone
+        (False, 0, JUST, False, False, Admit.GO),  # between two bursts: still publishing
+        (False, 0, JUST, False, True, Admit.GO),
+        (False, 3, NEVER, False, False, Admit.GO),  # flowing: the broker is reading
+        (False, 3, QUIET_S, False, True, Admit.GO),
+        (False, 0, NEVER, True, False, Admit.WAIT),  # the probe is out
+        (False, 1, JUST, True, True, Admit.WAIT),  # the lead is out
+        (True, 0, NEVER, False, False, Admit.WAIT),  # blocked: nothing new
+        (True, 5, JUST, False, False, Admit.WAIT),
+        (True, 0, NEVER, True, False, Admit.WAIT),
     ],
 )
 def test_admit(
-    *, blocked: bool, in_flight: int, proving: bool, probe_refused: bool, expected: Admit
+    *,
+    blocked: bool,
+    in_flight: int,
+    quiet_s: float,
+    proving: bool,
+    probe_refused: bool,
+    expected: Admit,
 ) -> None:
     state = GateState(
-        blocked=blocked, in_flight=in_flight, proving=proving, probe_refused=probe_refused
+        blocked=blocked,
+        in_flight=in_flight,
+        quiet_s=quiet_s,
+        proving=proving,
+        probe_refused=probe_refused,
     )
     assert admit(state) is expected
 
@@ -85,6 +111,11 @@ class Connection:
         await self.unblocked.wait()
 
 
+def quiet(gate: ConnectionGate) -> None:
+    """As if the last answer came a quiet spell ago."""
+    gate._answered_at = -math.inf  # the test's clock
+
+
 def gate_on(connection: Connection) -> ConnectionGate:
     return ConnectionGate.of(cast("RelayConnection", connection))
 
@@ -113,6 +144,9 @@ async def test_a_quiet_connection_probes_once_and_the_waiting_publishes_go_toget
     for _ in range(4):
         gate.leave(lead=False)
     assert gate.in_flight == 0
+    assert gate.try_enter(), "a moment after the last answer: still publishing"
+    gate.leave(lead=False)
+    quiet(gate)
     assert not gate.try_enter(), "quiet again: the next one probes"
     assert gate.probes == 1
 
@@ -144,10 +178,8 @@ async def test_an_answer_that_comes_with_connection_blocked_admits_nothing_yet()
     assert gate.in_flight == 0
     connection.blocked_reason = None
     connection.unblocked.set()
-    await settled()
-    channel.answers.put_nowait(PublishOutcome.CONFIRMED)  # quiet after the alarm: probed again
-    assert await entering is False
-    assert gate.probes == 2
+    assert await entering is False  # the broker reads again: the answer came a moment ago
+    assert gate.probes == 1
 
 
 async def test_a_stop_while_not_blocked_still_waits_for_the_probes_answer() -> None:
@@ -194,6 +226,7 @@ async def test_a_probe_refused_403_makes_the_first_copy_after_quiet_lead_alone()
     channel.answers.put_nowait(ChannelClosedError(403, "ACCESS_REFUSED - write to amq.default"))
     assert await first is False  # the refusal is an answer: the broker read the probe
     gate.leave(lead=False)
+    quiet(gate)
     assert await enter(gate, stop, channel) is True  # quiet again: this one leads
     follower = asyncio.create_task(enter(gate, stop, channel))
     await settled()
@@ -211,4 +244,5 @@ async def test_a_probe_that_fails_unexpectedly_never_stalls_publishing() -> None
     channel.answers.put_nowait(RuntimeError("a bug"))
     assert await first is False
     gate.leave(lead=False)
+    quiet(gate)
     assert await enter(gate, stop, channel) is True  # leads from then on
