@@ -22,7 +22,7 @@ WORKDIR /src
 # Everything the image installs is pinned with hashes in requirements/ (regenerate with
 # the commands in docs/kubernetes.md, "The image"): the build backend for this stage, the
 # dependencies for the runtime environment.
-COPY requirements/image-build.txt requirements/image.txt ./requirements/
+COPY requirements/image-build.txt requirements/image.txt requirements/image-compile.txt ./requirements/
 RUN pip install --no-cache-dir --require-hashes -r requirements/image-build.txt
 # .dockerignore lets in only what the wheel is built from.
 COPY pyproject.toml README.md ./
@@ -38,6 +38,18 @@ RUN pip wheel --no-cache-dir --no-deps --no-build-isolation --wheel-dir /wheels 
       -r requirements/image.txt \
  && pip --python /opt/acemq-sidecar/bin/python install --no-cache-dir --no-deps \
       /wheels/acemq_sidecar-*.whl \
+ && /opt/acemq-sidecar/bin/acemq-sidecar --help >/dev/null
+# The compiled build: the pure hot modules (contract, wire, frames) compiled with mypyc in
+# the environment, next to their sources, which Python then no longer imports (README,
+# "Performance"). The compiler, mypy and setuptools stay in this stage; Debian's gcc is
+# the base image's release's, not pinned further (its old versions leave the mirror).
+COPY scripts/compile ./scripts/compile
+# hadolint ignore=DL3008
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends gcc libc6-dev \
+ && rm -rf /var/lib/apt/lists/* \
+ && pip install --no-cache-dir --require-hashes -r requirements/image-compile.txt \
+ && PYTHON=python scripts/compile --in /opt/acemq-sidecar/lib/python3.11/site-packages \
  && /opt/acemq-sidecar/bin/acemq-sidecar --help >/dev/null
 
 FROM ${PYTHON_IMAGE}

@@ -106,6 +106,10 @@ class RouteWorker:
                 if self._stop.is_set():
                     await self._drain(consumer, lane, connection, grace_s=grace_s)
                     break
+                if consumer.cancelled_by_broker:
+                    # No more deliveries, but the channel still acks: settle what it holds
+                    # first, or closing it would send that back to be redelivered.
+                    await self._settle_in_flight(grace_s)
                 if state.acked_since_open or self._clock.monotonic() - since > HEALTHY_CHANNEL_S:
                     self._backoff.reset()  # it worked for a while: a fresh failure, not a loop
                 state.channel_closed(reason)
@@ -207,17 +211,23 @@ class RouteWorker:
         wait for its bound: the held deliveries are let go at once (they publish nothing
         while blocked) and the channels are left to the connection's close.
         """
-        state = self.state
         deadline = asyncio.get_running_loop().time() + grace_s
         is_blocked = connection.blocked_reason is not None
         if not is_blocked:
             await consumer.cancel()
+        await self._settle_in_flight(deadline - asyncio.get_running_loop().time())
+        if not is_blocked:
+            await _close_both(consumer, lane)
+
+    async def _settle_in_flight(self, grace_s: float) -> None:
+        """Wait up to ``grace_s`` until every delivery the route holds is settled."""
+        state = self.state
         extra = {"route": self.route.name, "in_flight": state.in_flight}
         log.info(
             "route %s draining %d in-flight messages", self.route.name, state.in_flight, extra=extra
         )
         try:
-            async with asyncio.timeout_at(deadline):
+            async with asyncio.timeout(max(grace_s, 0.0)):
                 await state.idle.wait()
         except TimeoutError:
             extra = {"route": self.route.name, "in_flight": state.in_flight}
@@ -228,8 +238,6 @@ class RouteWorker:
                 grace_s,
                 extra=extra,
             )
-        if not is_blocked:
-            await _close_both(consumer, lane)
 
 
 async def _close_both(consumer: RouteConsumer, lane: PublishLane) -> None:

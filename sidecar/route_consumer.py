@@ -177,6 +177,11 @@ class RouteConsumer:
         """Whether the channel can still ack."""
         return self._channel.is_open
 
+    @property
+    def cancelled_by_broker(self) -> bool:
+        """Whether the broker cancelled the consumer (its ``basic.cancel``); the channel stays."""
+        return self._channel.consumer_cancelled
+
     async def ack(self, delivery_tag: int) -> bool:
         """Ack one delivery (once no cancel waits); False when the channel is gone."""
         if not self._acks.is_set():  # the common case costs no coroutine

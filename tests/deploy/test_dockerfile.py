@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -12,6 +13,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -244,6 +246,67 @@ def test_build_installs_only_what_the_locks_pin() -> None:
         assert relative in _copied_sources()
     assert re.search(r"--no-deps[^&;]*\.whl", runs)
     assert "--no-build-isolation" in runs  # the backend comes from the build lock
+
+
+COMPILE_LOCK = REPO / "requirements" / "image-compile.txt"
+SITE_PACKAGES = "/opt/acemq-sidecar/lib/python3.11/site-packages"
+
+
+def test_build_compiles_the_hot_modules_with_a_locked_mypyc() -> None:
+    """The build stage compiles the installed package in place, with mypy from its lock."""
+    runs = _build_runs()
+    relative = COMPILE_LOCK.relative_to(REPO).as_posix()
+    assert re.search(rf"--require-hashes[^&;]*-r\s*{re.escape(relative)}", runs)
+    assert {relative, "scripts/compile"} <= set(_copied_sources())
+    pins = _locked(COMPILE_LOCK)
+    assert {"mypy", "setuptools"} <= set(pins)
+    assert all(hashes > 0 for _, hashes in pins.values())
+    assert f"scripts/compile --in {SITE_PACKAGES}" in runs
+    # After the environment holds the wheel: compiled where the image imports from.
+    assert runs.index("/wheels/acemq_sidecar-") < runs.index("scripts/compile --in")
+
+
+def test_the_compile_step_builds_an_installed_copy_that_passes_the_vectors(
+    tmp_path: Path,
+) -> None:
+    """What the image's build stage runs, on a copy laid out as the wheel installs it.
+
+    The compiled modules are the ones imported, and the contract's vectors pass through them.
+    """
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        pytest.skip("no C compiler here: the compiled build cannot be made")
+    shutil.copytree(
+        REPO / "sidecar", tmp_path / "sidecar", ignore=shutil.ignore_patterns("__pycache__", "*.so")
+    )
+    compiled = subprocess.run(
+        [str(REPO / "scripts" / "compile"), "--in", str(tmp_path)],
+        env={**os.environ, "PYTHON": sys.executable},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert compiled.returncode == 0, compiled.stdout + compiled.stderr
+    assert "compiled: sidecar.contract, sidecar.wire, sidecar.frames" in compiled.stdout
+    assert not (tmp_path / ".mypy_cache").exists()
+    assert not (tmp_path / "build").exists()
+    check = (
+        "import sys, runpy; sys.path.insert(0, sys.argv.pop(1));"
+        "import sidecar.contract as c, sidecar.wire as w;"
+        "assert c.__file__.endswith('.so') and w.__file__.endswith('.so'), c.__file__;"
+        "sys.argv = ['acemq-sidecar', 'conform', sys.argv[1]];"
+        "runpy.run_module('sidecar', run_name='__main__')"
+    )
+    vectors = REPO / "tests" / "contract" / "vectors.json"
+    conform = subprocess.run(
+        [sys.executable, "-c", check, str(tmp_path), str(vectors)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert conform.returncode == 0, conform.stdout + conform.stderr
 
 
 def test_runtime_stage_has_no_pip_or_setuptools() -> None:

@@ -567,3 +567,25 @@ async def test_no_re_consume_while_the_broker_blocks_the_connection() -> None:
     async with asyncio.timeout(BOUND_S):
         await running
     assert ("qos", 8) in broker.calls
+
+
+async def test_the_brokers_cancel_settles_what_the_channel_holds_before_closing_it() -> None:
+    """Issue 13.11: after the broker's basic.cancel the copies in flight are confirmed and acked.
+
+    Closing the channel at once would send them back to be redelivered (duplicates).
+    """
+    broker = FakeBroker(deque([KIB] * 8), confirm_after_s=0.2)
+    connection = FakeConnection(broker)
+    route = worker(prefetch=8)
+    running = asyncio.create_task(route.run(connection, grace_s=5), name="worker")
+    await until(lambda: bool(broker.consuming) and broker.delivered >= 1)
+    (first,) = broker.consuming
+    held = len(first.unacked)
+    assert held >= 1
+    first.cancelled_by_broker()
+    await until(lambda: not first.is_open)
+    route.request_stop()
+    async with asyncio.timeout(BOUND_S):
+        await running
+    assert broker.requeued == 0
+    assert broker.acked >= held
