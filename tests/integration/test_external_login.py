@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from pamqp import commands as spec
 
+from sidecar.publish_gate import PROBE_ROUTING_KEY
 from tests.integration.conftest import route_map_yaml, wait_for
 from tests.scripted_broker import ScriptedBroker
 from tests.tls_files import TlsFiles, make_tls_files
@@ -34,8 +35,9 @@ class Confirming:
     def __call__(
         self, channel: int, tag: int, method: Any, header: Any, body: bytes
     ) -> list[tuple[int, Any]]:
-        """Keep the publish and confirm it."""
-        self.publishes.append((method, header, body))
+        """Keep the publish (not the publish gate's probe) and confirm it."""
+        if method.routing_key != PROBE_ROUTING_KEY:
+            self.publishes.append((method, header, body))
         return [(channel, spec.Basic.Ack(delivery_tag=tag))]
 
 

@@ -19,6 +19,7 @@ from pamqp import body as pamqp_body
 from pamqp import commands as spec
 
 from sidecar.frames import FRAME_END, FRAME_HEADER, HEADER
+from sidecar.publish_gate import PROBE_ROUTING_KEY
 from tests.integration.conftest import route_map_yaml, wait_for
 from tests.scripted_broker import ScriptedBroker
 
@@ -35,8 +36,9 @@ class Confirming:
     def __call__(
         self, channel: int, tag: int, method: Any, header: Any, body: bytes
     ) -> list[tuple[int, Any]]:
-        """Keep the publish and confirm it."""
-        self.publishes.append((method, header, body))
+        """Keep the publish (not the publish gate's probe) and confirm it."""
+        if method.routing_key != PROBE_ROUTING_KEY:
+            self.publishes.append((method, header, body))
         return [(channel, spec.Basic.Ack(delivery_tag=tag))]
 
 

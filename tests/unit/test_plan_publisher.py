@@ -69,6 +69,7 @@ class OneChannel:
 
     channel_: ScriptedChannel
     is_open: bool = True
+    blocked_reason: str | None = None  # never blocked: the publish gate probes, is answered
 
     async def channel(self, *, prefetch: int) -> ScriptedChannel:
         """The scripted channel, whatever the prefetch."""
@@ -138,7 +139,7 @@ def make_rig(answers: list[Answer]) -> Rig:
     stop = asyncio.Event()
     channel = ScriptedChannel(answers)
     connection = OneChannel(channel)
-    lane = PublishLane(cast("RelayConnection", connection))
+    lane = PublishLane(cast("RelayConnection", connection), stop=stop)
     return Rig(
         publisher=PlanPublisher(context, stop=stop),
         channel=channel,
