@@ -145,6 +145,18 @@ class BrokerAddress:
             **query,
         )
 
+    def user_for(self, mechanism: str | None) -> str | None:
+        """Return the name the broker knows a login with ``mechanism`` by; None if unknown.
+
+        The URL's user (guest when it names none), except for EXTERNAL without a user: the
+        broker then takes the name from the client certificate (RabbitMQ's
+        ``ssl_cert_login_from``), which the client does not know. With a user, EXTERNAL
+        takes it to be the certificate's: name it in the URL to keep user_ids that match.
+        """
+        if mechanism == "EXTERNAL" and not self.login_given:
+            return None
+        return self.login
+
     @property
     def endpoint(self) -> str:
         """Return ``host:port``, the host in brackets when it is an IPv6 address."""

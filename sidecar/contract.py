@@ -96,7 +96,9 @@ class Policy:
 
     publishers: Publishers = Publishers.ACEMQ
     origin: str | None = None
-    login: str = "guest"
+    # The name the broker knows the sidecar by, which every user_id must equal; None when
+    # it is not known (EXTERNAL: the client certificate's), so no user_id may stay.
+    login: str | None = "guest"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -714,7 +716,9 @@ def stamp_replay(
     return stamped
 
 
-def _normalise_properties(env: _Envelope, msg_id: str, login: str) -> dict[str, PropertyValue]:
+def _normalise_properties(
+    env: _Envelope, msg_id: str, login: str | None
+) -> dict[str, PropertyValue]:
     """Mirror message_id and reply_to from the headers; move a foreign user_id."""
     found, headers = env.found, env.headers
     properties = dict(env.properties)
@@ -746,16 +750,18 @@ def _fits_short_string(text: str) -> bool:
 
 
 def move_user_id(
-    properties: dict[str, PropertyValue], headers: dict[str, FieldValue], *, login: str
+    properties: dict[str, PropertyValue], headers: dict[str, FieldValue], *, login: str | None
 ) -> Kind | None:
     """Remove a user_id the broker would refuse from our login (section 2), in place.
 
     RabbitMQ refuses a publish whose user_id is not the publishing login, so any other
     value moves to ``acemq-original-user-id`` (``moved``) and an empty one is dropped
-    (``empty_value``). Return the kind, or None when user_id may stay.
+    (``empty_value``). ``login`` None: the name the broker knows us by is not known (an
+    EXTERNAL login without a user), so every user_id moves. Return the kind, or None when
+    user_id may stay.
     """
     user_id = properties.get("user_id")
-    if user_id is None or user_id == login:
+    if user_id is None or (login is not None and user_id == login):
         return None
     del properties["user_id"]
     if user_id == "":

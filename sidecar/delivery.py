@@ -17,7 +17,18 @@ if TYPE_CHECKING:
     from sidecar.frames import UndecodableTable
     from sidecar.wire import FieldValue
 
-__all__ = ["Delivery", "PublishOutcome"]
+__all__ = ["Delivery", "PublishOutcome", "UnreadHeader"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UnreadHeader:
+    """A content header too large to read: passed over unread, only its size is known.
+
+    Its properties and header table are lost with it; the delivery carries the body.
+    """
+
+    size: int  # the frame's payload, in bytes
+    limit: int  # the most the client reads of one content header
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -32,6 +43,8 @@ class Delivery:
     headers: Mapping[str, FieldValue]
     body: bytes
     undecodable: UndecodableTable | None = None
+    # Set when the content header was too large to read: properties and headers are empty.
+    unread_header: UnreadHeader | None = None
     content_header: bytes = b""  # as received: republished as it is when nothing changed
 
 

@@ -57,10 +57,10 @@ class RouteFleet:
         self._rng = rng
         self._workers: dict[str, tuple[RouteWorker, asyncio.Task[None]]] = {}
         # Set while a session runs: where new workers go, and the login they publish as
-        # (what the broker checks user_id against: the connected address's).
+        # (what the broker checks user_id against: see RouteContext.login).
         self._session: asyncio.TaskGroup | None = None
         self._connection: RelayConnection | None = None
-        self._login = ""
+        self._login: str | None = None
         for route in route_map.routes:
             metrics.add_route(route.name)
 
@@ -76,7 +76,7 @@ class RouteFleet:
 
     @contextlib.asynccontextmanager
     async def running(
-        self, connection: RelayConnection, *, login: str, slack_s: float
+        self, connection: RelayConnection, *, login: str | None, slack_s: float
     ) -> AsyncIterator[None]:
         """Run a worker per route on ``connection`` while the body runs, then drain them.
 

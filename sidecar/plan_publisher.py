@@ -25,6 +25,7 @@ from sidecar.settlement import (
     quarantine_copy,
     reason_only,
     unencodable,
+    unwritable_quarantine,
 )
 from sidecar.settlement_holds import after_refusal, slow_confirm
 
@@ -64,8 +65,8 @@ class PlanPublisher:
 
         ``alone``: on a channel of its own rather than the shared one. Raises what the
         settle loop must handle itself: a missing entity, a channel lost for good (a stop,
-        or the connection gone), and a quarantine copy that cannot be written or fails
-        unexpectedly (there is nowhere left to send it).
+        or the connection gone), and a quarantine copy that fails unexpectedly (a bug:
+        the broker redelivers it). One that cannot be written is dead-lettered.
         """
         exchange = (
             self._quarantine_exchange if isinstance(plan, Quarantine) else self.route.exchange
@@ -84,7 +85,7 @@ class PlanPublisher:
             return Hold("the publish channel closed; retrying on a new one", may_duplicate=True)
         except (WireError, ValueError, TypeError) as e:
             if isinstance(plan, Quarantine):
-                raise
+                return unwritable_quarantine(plan.reason, e)
             return unencodable(e)
         except Exception as e:
             if isinstance(plan, Quarantine):

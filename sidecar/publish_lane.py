@@ -13,6 +13,10 @@ the retired channel closes once the publishes in flight on it have their answers
 while that queue elected a new leader, while a new channel is acked at once
 (docs/scaling.md); a full queue with overflow reject-publish costs one new channel per
 round of retries, not one per message.
+
+Every publish passes the connection's gate (``sidecar.connection_gate``) before it is
+written: after a quiet spell a probe goes first, so that a broker alarm never catches a
+copy in the broker's socket buffer (``sidecar.publish_gate`` says why).
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from typing import TYPE_CHECKING
+
+from sidecar.connection_gate import ConnectionGate
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -45,8 +51,10 @@ class _Shared:
 class PublishLane:
     """The publish channels of one route on one connection; see the module docstring."""
 
-    def __init__(self, connection: RelayConnection) -> None:
+    def __init__(self, connection: RelayConnection, *, stop: asyncio.Event) -> None:
         self._connection = connection
+        self._gate = ConnectionGate.of(connection)
+        self._stop = stop  # lets a publish waiting at the gate go, with nothing written
         self._shared: _Shared | None = None
         self._retired: list[_Shared] = []  # closed by their last user, or by close()
         self._opening = asyncio.Lock()
@@ -67,7 +75,8 @@ class PublishLane:
 
         ``async with lane.shared() as publisher``. The channel is counted as in use until the
         block ends, so that a retired one is closed only once no publish waits on it. A
-        class, not a generator: every publish enters it.
+        class, not a generator: every publish enters it. Entering passes the connection's
+        gate; a stop while it waits there raises ``ChannelLostError``.
         """
         return _SharedUse(self)
 
@@ -101,13 +110,27 @@ class PublishLane:
 
     @contextlib.asynccontextmanager
     async def alone(self) -> AsyncIterator[Publisher]:
-        """Yield a channel of its own for one publish; close it afterwards."""
+        """Yield a channel of its own for one publish; close it afterwards.
+
+        The publish passes the connection's gate first, as a shared one does.
+        """
         async with self._alone:
             channel = await self._connection.channel(prefetch=PUBLISH_PREFETCH)
             try:
-                yield channel
+                lead = await self._enter_gate(channel)
+                try:
+                    yield channel
+                finally:
+                    self._gate.leave(lead=lead)
             finally:
                 await channel.close()
+
+    async def _enter_gate(self, channel: Publisher) -> bool:
+        """Pass the connection's gate; True when this publish leads (``leave`` must say so)."""
+        gate = self._gate
+        if gate.try_enter():
+            return False
+        return await gate.enter(self._stop, channel=channel)
 
     async def close(self) -> None:
         """Close the shared and retired channels (their unconfirmed publishes fail as lost)."""
@@ -121,20 +144,45 @@ class PublishLane:
 class _SharedUse:
     """One publish's use of the shared channel: ``async with lane.shared() as publisher``."""
 
-    __slots__ = ("_lane", "_shared")
+    __slots__ = ("_lane", "_lead", "_shared")
 
     def __init__(self, lane: PublishLane) -> None:
         self._lane = lane
         self._shared: _Shared | None = None
+        self._lead = False
 
     async def __aenter__(self) -> Publisher:
-        shared = await self._lane._current()  # noqa: SLF001 - the lane's own helper
+        lane = self._lane
+        shared = await lane._current()  # noqa: SLF001 - the lane's own helper
         shared.users += 1
+        if not lane._gate.try_enter():  # noqa: SLF001 - the common case costs no coroutine
+            shared = await self._through_gate(shared)
         self._shared = shared
         return shared.publisher
+
+    async def _through_gate(self, shared: _Shared) -> _Shared:
+        """Wait at the connection's gate; the channel to publish on once through it."""
+        lane = self._lane
+        try:
+            self._lead = await lane._enter_gate(shared.publisher)  # noqa: SLF001
+        except BaseException:
+            await lane._release(shared)  # noqa: SLF001
+            raise
+        if shared.publisher.is_open:
+            return shared
+        # A refusal of the probe closed it (nothing else was on it then): take a new one.
+        await lane._release(shared)  # noqa: SLF001
+        try:
+            shared = await lane._current()  # noqa: SLF001
+        except BaseException:
+            lane._gate.leave(lead=self._lead)  # noqa: SLF001
+            raise
+        shared.users += 1
+        return shared
 
     async def __aexit__(self, *_: object) -> None:
         shared = self._shared
         if shared is not None:
             self._shared = None
+            self._lane._gate.leave(lead=self._lead)  # noqa: SLF001
             await self._lane._release(shared)  # noqa: SLF001

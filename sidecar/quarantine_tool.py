@@ -22,7 +22,7 @@ from sidecar.contract import stamp_replay
 from sidecar.errors import WireError
 from sidecar.quarantine import row_of
 from sidecar.quarantine_reader import INTERRUPTIONS, QuarantineInputError, QueueReader, queue_depth
-from sidecar.settlement import QUARANTINED_FROM, original_headers
+from sidecar.settlement import ORIGINAL_HEADER_BYTES, QUARANTINED_FROM, original_headers
 
 if TYPE_CHECKING:
     import ssl
@@ -184,6 +184,11 @@ def plan_replay(
         destination = source if isinstance(source, str) and source else None
     if destination is None:
         return Unreplayable(f"no {QUARANTINED_FROM} header: give --to QUEUE")
+    if ORIGINAL_HEADER_BYTES in delivery.headers:
+        return Unreplayable(
+            "unread original: its content header was too large to read, its properties and"
+            " headers are lost with it; only the body was kept"
+        )
     original = original_headers(delivery.headers)
     if original is None:
         return Unreplayable(

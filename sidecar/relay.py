@@ -152,7 +152,7 @@ class RouteWorker:
         await connection.check_queue(route.queue)
         await connection.check_exchange(route.exchange)
         await connection.check_exchange(self._quarantine_exchange)
-        lane = PublishLane(connection)
+        lane = PublishLane(connection, stop=self._stop)
         try:
             await lane.open()
             # Slow start: the first consumer's window is small, and grows (or shrinks) by

@@ -27,7 +27,9 @@ class RouteContext:
 
     route: Route
     quarantine_exchange: str
-    login: str  # what the broker checks user_id against: the connected address's login
+    # What the broker checks user_id against: the name it knows the connection by (None:
+    # not known, an EXTERNAL login with no user in the URL; every user_id is then moved).
+    login: str | None
     metrics: Metrics
     clock: Clock
     new_id: Callable[[], str]

@@ -184,10 +184,10 @@ class Service:
             has_connected = True
             self._node = address
             self._set_connected(connected=True)
-            log.info("connected to %s", address.masked(), extra={"node": address.endpoint})
+            login = _logged_in(connection, address)
             started = asyncio.get_running_loop().time()
             try:
-                await self._run_session(connection, login=address.login)
+                await self._run_session(connection, login=login)
             finally:
                 self._set_connected(connected=False)
                 await connection.close()
@@ -198,7 +198,7 @@ class Service:
         self._connected = connected
         self._metrics.set_broker_connected(connected=connected)
 
-    async def _run_session(self, connection: Connection, *, login: str) -> None:
+    async def _run_session(self, connection: Connection, *, login: str | None) -> None:
         """Run every route on one connection until it drops or the process stops."""
         async with self._fleet.running(connection, login=login, slack_s=SHUTDOWN_SLACK_S):
             while True:
@@ -245,3 +245,31 @@ class Service:
         while not self._stop.is_set():
             self._last_tick = self._clock.monotonic()
             await sleep_unless(self._stop, TICK_S)
+
+
+def _logged_in(connection: Connection, address: BrokerAddress) -> str | None:
+    """Log the connect and how it logged in; return the name the broker knows us by.
+
+    None for EXTERNAL without a user in the URL: the certificate's name is not known here,
+    so every user_id is moved (none could be checked to match it), and the log says so.
+    """
+    mechanism = connection.mechanism
+    login = address.user_for(mechanism)
+    extra = {"node": address.endpoint, "mechanism": mechanism}
+    who = "the client certificate's user" if login is None else f"user {login!r}"
+    log.info(
+        "connected to %s, logged in with SASL %s as %s",
+        address.masked(),
+        mechanism,
+        who,
+        extra=extra,
+    )
+    if login is None:
+        log.info(
+            "EXTERNAL login without a user in the URL: the broker knows the sidecar by a name"
+            " from its certificate that the sidecar does not know, so every user_id is moved"
+            " to acemq-original-user-id; name the certificate's user in the URL"
+            " (amqps://USER@host) to keep the user_ids that match it",
+            extra=extra,
+        )
+    return login

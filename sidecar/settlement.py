@@ -13,7 +13,9 @@ What a refused or held delivery becomes next (``after_refusal``, ``after_hold``)
 decided in ``sidecar.settlement_holds``.
 
 And the one shape of a quarantine copy (DESIGN.md): the original's body and properties,
-its headers as received plus the reason and the staging queue.
+its headers as received plus the reason and the staging queue (of an original whose
+content header was too large to read: its body, and the header's size in
+``acemq-original-header-bytes``).
 """
 
 from __future__ import annotations
@@ -31,12 +33,13 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
     from sidecar.contract import PropertyValue, Verdict
-    from sidecar.delivery import Delivery
+    from sidecar.delivery import Delivery, UnreadHeader
     from sidecar.wire import FieldValue
 
 __all__ = [
     "ORIGINAL_ERROR",
     "ORIGINAL_HEADERS",
+    "ORIGINAL_HEADER_BYTES",
     "QUARANTINED_FROM",
     "Alone",
     "Copy",
@@ -60,6 +63,7 @@ __all__ = [
 QUARANTINED_FROM = "acemq-quarantined-from"
 ORIGINAL_HEADERS = "acemq-original-headers"
 ORIGINAL_ERROR = "acemq-original-error"
+ORIGINAL_HEADER_BYTES = "acemq-original-header-bytes"
 REASON_MAX = 4096  # characters of a reason kept in x-acemq-error and in a log line
 SHORT_REASON_MAX = 300  # a reason and a note that fit the smallest frame the broker allows
 ORIGIN_LOG_MAX = 200  # characters of an origin in a log line
@@ -161,6 +165,8 @@ def plan_delivery(
     caller counts and logs. In audit mode the original goes to the target unchanged
     whatever the verdict says.
     """
+    if delivery.unread_header is not None:
+        return Quarantine(unread_header(delivery.unread_header)), None
     if delivery.undecodable is not None:
         reason = f"header table cannot be decoded: {delivery.undecodable.error}"
         return Quarantine(reason), None
@@ -245,6 +251,23 @@ def _after_quarantine(published: PublishOutcome, *, exchange: str, route: str) -
     )
 
 
+def unread_header(unread: UnreadHeader) -> str:
+    """Return the reason a delivery whose content header was too large to read is quarantined."""
+    return (
+        f"content header too large to read: {unread.size} bytes, over the limit of"
+        f" {unread.limit}; its properties and headers could not be read, only the body is kept"
+    )
+
+
+def unwritable_quarantine(reason: str, error: Exception) -> DeadLetter:
+    """Return the decision for a quarantine copy that cannot be written as AMQP at all.
+
+    Not even without its headers: there is nowhere left to send it, and a redelivery
+    would meet the same copy again.
+    """
+    return DeadLetter(f"{bounded(reason)}; and the quarantine copy cannot be written: {error}")
+
+
 def unencodable(error: Exception) -> Quarantine:
     """Return the decision for a normalised copy that cannot be written as AMQP."""
     return Quarantine(f"the normalised message cannot be encoded: {error}")
@@ -262,7 +285,7 @@ def internal_error(error: Exception) -> Quarantine:
 
 
 def publishable_properties(
-    properties: Mapping[str, PropertyValue], headers: dict[str, FieldValue], *, login: str
+    properties: Mapping[str, PropertyValue], headers: dict[str, FieldValue], *, login: str | None
 ) -> dict[str, PropertyValue]:
     """Return properties the broker will accept from our login (CONTRACT.md section 2).
 
@@ -275,17 +298,20 @@ def publishable_properties(
 
 
 def quarantine_copy(
-    delivery: Delivery, *, reason: str, queue: str, login: str
+    delivery: Delivery, *, reason: str, queue: str, login: str | None
 ) -> tuple[dict[str, PropertyValue], dict[str, FieldValue]]:
     """Return the properties and headers of a delivery's quarantine copy (DESIGN.md).
 
     The headers are as received plus the reason and the staging queue; an envelope error
     already there moves to ``acemq-original-error``; a table the codec could not read
-    travels whole, as a byte array, in ``acemq-original-headers``.
+    travels whole, as a byte array, in ``acemq-original-headers``; of a content header too
+    large to read, only its size is known, in ``acemq-original-header-bytes``.
     """
     headers: dict[str, FieldValue] = dict(delivery.headers)
     if delivery.undecodable is not None:
         headers[ORIGINAL_HEADERS] = ByteArray(delivery.undecodable.raw)
+    if delivery.unread_header is not None:
+        headers[ORIGINAL_HEADER_BYTES] = delivery.unread_header.size
     if ERROR in headers:  # the envelope's own error is kept, not overwritten
         headers[ORIGINAL_ERROR] = headers[ERROR]
     headers[ERROR] = bounded(reason)

@@ -7,12 +7,13 @@ ack. The frames every message crosses are read and written by our own codec
 talks to it through the Protocols of :mod:`sidecar.amqp.protocols`. Import from here,
 never from a submodule: import-linter holds everyone else to this face.
 
-The modules, each one job: ``link`` (the socket: frames in, batched writes out,
-heartbeats), ``handshake`` (channel 0), ``connection`` (connect, channels, checks),
-``lifecycle`` (a channel's state machine), ``channel`` (consume, publish, ack on it),
-``acks`` and ``confirms`` (its settlement bookkeeping), ``content`` (messages put together
-from their frames, as :mod:`sidecar.delivery`'s values), ``codec`` (pamqp),
-``protocols`` (what the relay needs).
+The modules, each one job: ``link`` (the socket: bytes in, batched writes out,
+heartbeats), ``frame_reader`` (the bytes cut into frames, each to its channel),
+``handshake`` (channel 0), ``connection`` (connect, channels, checks), ``lifecycle`` (a
+channel's state machine), ``channel`` (consume, publish, ack on it), ``inbound`` (its
+deliveries to the consumer, its returns to their publish), ``acks`` and ``confirms`` (its
+settlement bookkeeping), ``content`` (messages put together from their frames, as
+:mod:`sidecar.delivery`'s values), ``codec`` (pamqp), ``protocols`` (what the relay needs).
 """
 
 from __future__ import annotations

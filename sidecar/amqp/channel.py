@@ -4,7 +4,8 @@ On top of a channel's life (:mod:`sidecar.amqp.lifecycle`): only an open channel
 publishes and acks; a closing one still hands over the deliveries already on the wire
 (their acks are refused, and the broker redelivers them). Acks made in one turn leave
 together (:mod:`sidecar.amqp.acks`); publishes are settled by the broker's confirms and
-returns (:mod:`sidecar.amqp.confirms`). The hot frames come from
+returns (:mod:`sidecar.amqp.confirms`); deliveries and returns, as they come in, go to
+their consumer and their publish (:mod:`sidecar.amqp.inbound`). The hot frames come from
 :mod:`sidecar.frames`, the write from the link.
 
 While the broker pauses the channel (``channel.flow``), a publish waits before sending. A
@@ -21,14 +22,13 @@ prefetch to consumers created after it) delivers on the same channel under a new
 from __future__ import annotations
 
 import contextlib
-import logging
 from typing import TYPE_CHECKING, Any
 
 from sidecar.amqp import codec
 from sidecar.amqp.acks import Acks
 from sidecar.amqp.confirms import NOT_FOUND, Confirms
-from sidecar.amqp.content import Content, ContentReader, delivery_of
-from sidecar.amqp.lifecycle import CLOSE_TIMEOUT_S, ChannelLife, ChannelState
+from sidecar.amqp.inbound import Inbound
+from sidecar.amqp.lifecycle import CLOSE_TIMEOUT_S, ChannelLife
 from sidecar.contract import ID
 from sidecar.delivery import PublishOutcome
 from sidecar.errors import ChannelClosedError, ChannelLostError, MissingEntityError, WireError
@@ -38,7 +38,6 @@ from sidecar.frames import (
     BASIC_DELIVER,
     BASIC_NACK,
     BASIC_RETURN,
-    BasicReturn,
     UndecodableTable,
     parse_confirm,
     parse_deliver,
@@ -48,17 +47,14 @@ from sidecar.frames import (
 from sidecar.frames import content_header as encode_content_header
 
 if TYPE_CHECKING:
-    import asyncio
     from collections.abc import Callable, Coroutine, Mapping
 
     from sidecar.amqp.lifecycle import ChannelLink
     from sidecar.contract import PropertyValue
-    from sidecar.delivery import Delivery
+    from sidecar.delivery import Delivery, UnreadHeader
     from sidecar.wire import FieldValue
 
 __all__ = ["Channel"]
-
-log = logging.getLogger(__name__)
 
 
 class Channel(ChannelLife):
@@ -68,10 +64,7 @@ class Channel(ChannelLife):
         super().__init__(link, number)
         self._acks = Acks(number, loop=link.loop, write=link.write)
         self._confirms = Confirms(link.loop)
-        self._content = ContentReader(number)
-        self._callback: Callable[[Delivery], Coroutine[Any, Any, None]] | None = None
-        self._on_body_size: Callable[[int], None] | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._inbound = Inbound(self, loop=link.loop, acks=self._acks, confirms=self._confirms)
         self._cancelled_by_broker = False
 
     @property
@@ -98,8 +91,7 @@ class Channel(ChannelLife):
         not raise). Both apply to every delivery on the channel from now on, whichever
         consumer tag it came for.
         """
-        self._callback = callback
-        self._on_body_size = on_body_size
+        self._inbound.consume(callback, on_body_size=on_body_size)
         try:
             await self.rpc(codec.basic_consume(queue, consumer_tag=consumer_tag))
         except ChannelClosedError as e:
@@ -220,7 +212,7 @@ class Channel(ChannelLife):
     def on_method(self, method_id: int, payload: bytes) -> bool:
         """Handle a hot-path method frame for this channel; False for any other method."""
         if method_id == BASIC_DELIVER:
-            self._content.begin(parse_deliver(payload))
+            self._inbound.begin(parse_deliver(payload))
         elif method_id == BASIC_ACK:
             tag, multiple = parse_confirm(payload)
             self._confirms.settle(tag, multiple=multiple, outcome=PublishOutcome.CONFIRMED)
@@ -228,7 +220,7 @@ class Channel(ChannelLife):
             tag, multiple = parse_confirm(payload)
             self._confirms.settle(tag, multiple=multiple, outcome=PublishOutcome.NACKED)
         elif method_id == BASIC_RETURN:
-            self._content.begin(parse_return(payload))
+            self._inbound.begin(parse_return(payload))
         elif method_id == BASIC_CANCEL:
             # The queue was deleted: the channel stays open (in-flight deliveries can still
             # be settled) but nothing more will arrive, so the route must treat it as lost.
@@ -240,46 +232,15 @@ class Channel(ChannelLife):
 
     def on_header(self, payload: bytes) -> None:
         """Handle a content header frame: the properties of the pending delivery or return."""
-        content = self._content.on_header(payload)
-        if self._on_body_size is not None and (size := self._content.announced) is not None:
-            self._on_body_size(size)
-        if content is not None:
-            self._complete(content)
+        self._inbound.on_header(payload)
 
     def on_body(self, payload: bytes) -> None:
         """Handle a content body frame."""
-        if (content := self._content.on_body(payload)) is not None:
-            self._complete(content)
+        self._inbound.on_body(payload)
 
-    def _complete(self, content: Content) -> None:
-        method = content.method
-        if isinstance(method, BasicReturn):
-            self._on_return(content, method)
-        elif self._callback is not None and self._state is not ChannelState.CLOSED:
-            self._acks.expect(method.delivery_tag)
-            delivery = delivery_of(method, content.header, content.body)
-            self._spawn(self._callback(delivery))
-
-    def _on_return(self, content: Content, method: BasicReturn) -> None:
-        """Mark the publish a return is for, which is still unconfirmed (its confirm follows).
-
-        One that matches nothing cannot be told from the publishes still in flight: the
-        channel is closed, so none of them is acked and the broker redelivers them all
-        (duplicates, never a loss).
-        """
-        if self._confirms.mark_returned(method, content.header, content.body):
-            return
-        log.warning(
-            "channel %d: a returned message matches no publish in flight; closing the channel"
-            " so that every unconfirmed one is redelivered",
-            self.number,
-        )
-        self._spawn(self.close())
-
-    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
-        task = self._loop.create_task(work)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    def on_unread_header(self, unread: UnreadHeader, *, body_size: int) -> None:
+        """Handle a content header too large to read (passed over): its size and body size."""
+        self._inbound.on_unread_header(unread, body_size=body_size)
 
     def _lost(self, error: ChannelLostError) -> None:
         self._confirms.fail(error)

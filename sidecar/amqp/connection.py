@@ -58,6 +58,11 @@ class Connection:
         return not self._link.closed.is_set()
 
     @property
+    def mechanism(self) -> str | None:
+        """The SASL mechanism the connection logged in with (None: made without a login)."""
+        return self._control.mechanism
+
+    @property
     def blocked_reason(self) -> str | None:
         """The broker's reason while it blocks publishing (``connection.blocked``), else None.
 

@@ -3,8 +3,10 @@
 The values it makes are :mod:`sidecar.delivery`'s (pure, so the relay's decisions and
 their tests need no client). A content header whose properties cannot be read still makes
 a delivery: its property bytes travel as an :class:`UndecodableTable`, so the relay
-quarantines the message instead of the connection dropping on every redelivery. Frames
-out of order are an :class:`UnexpectedFrameError` (505). No I/O.
+quarantines the message instead of the connection dropping on every redelivery; so does
+one too large to read (the frame reader passed over it): its delivery carries an
+:class:`UnreadHeader` and the body, no properties and no headers. Frames out of order are
+an :class:`UnexpectedFrameError` (505). No I/O.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from types import MappingProxyType
 from typing import Final, NamedTuple
 
 from sidecar.amqp.violations import FrameError, UnexpectedFrameError
-from sidecar.delivery import Delivery
+from sidecar.delivery import Delivery, UnreadHeader
 from sidecar.errors import WireError
 from sidecar.frames import (
     BasicDeliver,
@@ -27,7 +29,9 @@ from sidecar.frames import (
 __all__ = ["Content", "ContentReader", "delivery_of"]
 
 
-def delivery_of(method: BasicDeliver, header: ContentHeader, body: bytes) -> Delivery:
+def delivery_of(
+    method: BasicDeliver, header: ContentHeader, body: bytes, unread: UnreadHeader | None = None
+) -> Delivery:
     """Return the delivery a ``basic.deliver`` and its content made."""
     raw = header.headers
     return Delivery(
@@ -39,6 +43,7 @@ def delivery_of(method: BasicDeliver, header: ContentHeader, body: bytes) -> Del
         headers=MappingProxyType(raw if isinstance(raw, dict) else {}),
         body=body,
         undecodable=raw if isinstance(raw, UndecodableTable) else None,
+        unread_header=unread,
         content_header=header.payload,
     )
 
@@ -49,6 +54,7 @@ class Content(NamedTuple):
     method: BasicDeliver | BasicReturn
     header: ContentHeader
     body: bytes
+    unread: UnreadHeader | None = None  # the header was too large to read: it is empty
 
 
 class ContentReader:
@@ -58,6 +64,7 @@ class ContentReader:
         self._number = number
         self._method: BasicDeliver | BasicReturn | None = None
         self._header: ContentHeader | None = None
+        self._unread: UnreadHeader | None = None
         self._parts: list[bytes] = []
         self._received = 0
         # The body size the last delivery's content header announced (None after a
@@ -75,9 +82,21 @@ class ContentReader:
 
     def on_header(self, payload: bytes) -> Content | None:
         """Take the content header; return the message when it has no body."""
+        self._expect_header()
+        return self._take_header(_read_header(payload))
+
+    def on_unread_header(self, unread: UnreadHeader, *, body_size: int) -> Content | None:
+        """Take a content header too large to read; return the message when it has no body."""
+        self._expect_header()
+        self._unread = unread
+        return self._take_header(ContentHeader(body_size, {}, None, b""))
+
+    def _expect_header(self) -> None:
         if self._method is None or self._header is not None:
             raise UnexpectedFrameError(f"channel {self._number}: content header without a method")
-        self._header = header = _read_header(payload)
+
+    def _take_header(self, header: ContentHeader) -> Content | None:
+        self._header = header
         self.announced = header.body_size if isinstance(self._method, BasicDeliver) else None
         return self._finish(b"") if header.body_size == 0 else None
 
@@ -94,11 +113,11 @@ class ContentReader:
         return self._finish(parts[0] if len(parts) == 1 else b"".join(parts))
 
     def _finish(self, body: bytes) -> Content:
-        method, header = self._method, self._header
-        self._method, self._header, self._parts = None, None, []
+        method, header, unread = self._method, self._header, self._unread
+        self._method, self._header, self._unread, self._parts = None, None, None, []
         assert method is not None  # noqa: S101 - checked by the callers
         assert header is not None  # noqa: S101
-        return Content(method, header, body)
+        return Content(method, header, body, unread)
 
 
 _FIXED: Final = struct.Struct(">HHQ")  # class, weight, body size: what the broker routes by

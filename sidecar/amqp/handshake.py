@@ -64,6 +64,7 @@ class Control:
         self.blocked_reason: str | None = None
         self.unblocked = asyncio.Event()
         self.unblocked.set()
+        self.mechanism: str | None = None  # the SASL mechanism that logged in, once it did
 
     def on_control(self, frame: bytes) -> None:
         """Handle a connection method from the broker."""
@@ -254,6 +255,7 @@ async def handshake(
     link.write(pamqp_frame.marshal(tune_ok, 0))
     link.write(pamqp_frame.marshal(spec.Connection.Open(virtual_host=address.vhost), 0))
     await control.next(spec.Connection.OpenOk)
+    control.mechanism = mechanism
     return tuned
 
 

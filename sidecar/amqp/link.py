@@ -1,10 +1,9 @@
 """The link: the socket as an asyncio protocol. Frames in, batched writes out, heartbeats.
 
-It cuts the bytes off the wire into frames and hands each to whoever owns its channel
-number: the hot methods, content headers and bodies to the channel as they are, any other
-method frame whole; channel 0 to the connection's control. Writes made in one turn of the
-event loop leave in one ``write`` call at its end. It knows no AMQP method but by its id,
-and imports no codec: the channels and the control decode what is theirs.
+The bytes it reads go to its :class:`~sidecar.amqp.frame_reader.FrameReader`, which cuts
+them into frames and hands each to whoever owns its channel number (the channels in
+``channels``, channel 0 to ``control``). Writes made in one turn of the event loop leave
+in one ``write`` call at its end.
 
 A frame it cannot read ends the connection with ``connection.close`` and the reply code of
 the violation (501, 505; 541 for a fault of ours) before the socket closes. While the
@@ -16,20 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Final, Protocol, cast
+from typing import TYPE_CHECKING, Final, cast
 
+from sidecar.amqp.frame_reader import ChannelEnd, ControlEnd, FrameReader, NotAmqpError
 from sidecar.amqp.violations import FRAME_ERROR, INTERNAL_ERROR, FrameError
 from sidecar.errors import BrokerConnectionError, ChannelLostError, WireError
-from sidecar.frames import (
-    FRAME_BODY,
-    FRAME_END,
-    FRAME_HEADER,
-    FRAME_HEARTBEAT,
-    FRAME_METHOD,
-    HEADER,
-    HEARTBEAT,
-    METHOD,
-)
+from sidecar.frames import HEARTBEAT
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -38,11 +29,8 @@ __all__ = [
     "CHANNEL_MAX",
     "FRAME_MAX",
     "FRAME_MAX_CEILING",
-    "HEADER_FRAME_MAX",
     "WRITE_BATCH_BYTES",
     "WRITE_BUFFER_HIGH",
-    "ChannelEnd",
-    "ControlEnd",
     "Link",
 ]
 
@@ -54,11 +42,6 @@ FRAME_MAX: Final = 131_072  # the frame size until the broker's tune (RabbitMQ's
 # RabbitMQ does not split content headers, so a header table a publisher could send at the
 # broker's frame size must be readable at ours.
 FRAME_MAX_CEILING: Final = 16 * 1024 * 1024
-# A content header over the agreed frame size is still read, up to this: a broker whose
-# frame size went down since, or a URL's frame_max below the broker's, must not make one
-# message drop the connection on every redelivery. The relay quarantines what it cannot
-# republish. Any other frame over the agreed size is a frame error.
-HEADER_FRAME_MAX: Final = 16 * 1024 * 1024
 CHANNEL_MAX: Final = 2047  # a route takes one channel, a topology check another
 # Queued writes past this size leave before the end of the loop's turn (a paired benchmark:
 # +5% throughput at 64 KiB over one write per turn, ten runs out of ten; 16 KiB +3%).
@@ -67,42 +50,6 @@ WRITE_BATCH_BYTES: Final = 65_536
 # a quarter of it: a broker that reads nothing cannot make the sidecar buffer without bound.
 WRITE_BUFFER_HIGH: Final = 1024 * 1024
 CLOSE_AFTER_S: Final = 1.0  # our close after a frame error: the socket goes this much later
-
-
-class _NotAmqpError(WireError):
-    """The server answered with its own protocol header: it does not speak 0-9-1."""
-
-
-class ChannelEnd(Protocol):
-    """What the link hands a channel's frames to."""
-
-    def on_method(self, method_id: int, payload: bytes) -> bool:
-        """Handle a hot-path method; False when it is not one."""
-
-    def on_control(self, frame: bytes) -> None:
-        """Handle any other method frame, given whole."""
-
-    def on_header(self, payload: bytes) -> None:
-        """Handle a content header frame."""
-
-    def on_body(self, payload: bytes) -> None:
-        """Handle a content body frame."""
-
-    def lose(self, error: ChannelLostError) -> None:
-        """End the channel: the connection is gone."""
-
-
-class ControlEnd(Protocol):
-    """What the link hands channel 0's method frames to: the connection's control."""
-
-    def on_control(self, frame: bytes) -> None:
-        """Handle a connection method frame, given whole."""
-
-    def lose(self, reason: BaseException) -> None:
-        """End channel 0: the connection closed for this reason."""
-
-    def close_frame(self, reply_code: int, reply_text: str) -> bytes:
-        """Return our ``connection.close`` frame with this code and text."""
 
 
 class Link(asyncio.Protocol):
@@ -117,7 +64,7 @@ class Link(asyncio.Protocol):
         self.closed = asyncio.Event()
         self.close_reason: BaseException | None = None
         self._transport: asyncio.Transport | None = None
-        self._buffer = bytearray()
+        self._reader = FrameReader(self)
         self._out: list[bytes] = []
         self._out_bytes = 0
         self._flush_due = False
@@ -157,81 +104,18 @@ class Link(asyncio.Protocol):
         if self.closed.is_set():  # after our close for a bad frame: nothing more is read
             return
         self._last_read = self.loop.time()
-        # Frames are cut from bytes: one copy per frame. A read that starts on a frame
-        # boundary (the common case) is read as it came; a partial frame kept from the last
-        # read is joined to it first.
-        buffer = self._buffer
-        if buffer:
-            buffer += data
-            data = bytes(buffer)
         try:
-            read = self._read_frames(data)
-        except _NotAmqpError as e:  # the server's own protocol header: nothing to close
+            self._reader.feed(data)
+        except NotAmqpError as e:  # the server's own protocol header: nothing to close
             log.error("cannot talk to the server: %s", e)  # noqa: TRY400 - the reason is all
             self.abort(BrokerConnectionError(str(e)))
-            return
         except WireError as e:  # a frame we cannot read (a truncated method), or out of order
             code = e.reply_code if isinstance(e, FrameError) else FRAME_ERROR
             log.error("the broker sent a frame we cannot read (%s); closing the connection", e)  # noqa: TRY400
             self.refuse(code, f"unreadable frame from the broker: {e}")
-            return
         except Exception as e:  # a fault of ours while handling a frame
             log.exception("internal error while reading from the broker; closing the connection")
             self.refuse(INTERNAL_ERROR, f"internal error in the client: {e!r}")
-            return
-        if read < len(data):
-            buffer[:] = data[read:]
-        else:
-            buffer.clear()
-
-    def _read_frames(self, buffer: bytes) -> int:  # noqa: C901 - the hot loop, a case per frame type
-        """Handle every whole frame in ``buffer``; return how many bytes they took."""
-        at, size = 0, len(buffer)
-        if buffer.startswith(b"AMQP"):  # the server's own protocol header: not 0-9-1
-            raise _NotAmqpError(f"the server refused AMQP 0-9-1 and offers {bytes(buffer[:8])!r}")
-        while size - at >= 8:
-            kind, number, length = HEADER.unpack_from(buffer, at)
-            if length > self.frame_max and not (
-                kind == FRAME_HEADER and length <= HEADER_FRAME_MAX
-            ):
-                raise FrameError(
-                    f"a frame of {length} bytes, over the frame size of {self.frame_max}:"
-                    " is this an AMQP 0-9-1 broker?"
-                )
-            end = at + 7 + length
-            if end >= size:
-                break
-            if buffer[end] != FRAME_END:
-                raise FrameError(f"frame on channel {number} lacks its frame-end octet")
-            payload = buffer[at + 7 : end]
-            if kind == FRAME_METHOD:
-                self._on_method(number, payload, buffer, at)
-            elif kind == FRAME_HEADER:
-                if channel := self.channels.get(number):
-                    channel.on_header(payload)
-            elif kind == FRAME_BODY:
-                if channel := self.channels.get(number):
-                    channel.on_body(payload)
-            elif kind != FRAME_HEARTBEAT:
-                raise FrameError(f"unknown frame type {kind} on channel {number}")
-            at = end + 1
-        return at
-
-    def _on_method(self, number: int, payload: bytes, buffer: bytes, at: int) -> None:
-        """Hand a method frame on; the whole frame (from ``at`` in ``buffer``) only if asked."""
-        if number == 0:
-            if self.control is None:
-                raise FrameError("a connection method came before the handshake began")
-            self.control.on_control(buffer[at : at + len(payload) + 8])
-            return
-        channel = self.channels.get(number)
-        if channel is None:
-            # A channel closed from both sides at once gets the broker's close-ok after
-            # its close; whatever comes for a channel already closed is moot.
-            return
-        (method_id,) = METHOD.unpack_from(payload, 0)
-        if not channel.on_method(method_id, payload):
-            channel.on_control(buffer[at : at + len(payload) + 8])
 
     # --- writing ---
 

@@ -4,7 +4,9 @@ Each node is private (``tests/faults/private_node.py``), with the config the con
 needs: ``frame_max = 1048576`` (item 1: a 300 KB header table, published by a client that
 took that frame size, used to drop the sidecar's connection on every redelivery; and the
 memory alarm of item 4, set and cleared with ``rabbitmqctl``), and ``auth_mechanisms.1 =
-AMQPLAIN`` (item 8: the client used to send PLAIN regardless, and got a reset).
+AMQPLAIN`` (item 8: the client used to send PLAIN regardless, and got a reset), and
+``frame_max = 33554432`` (item 1 again: a 20 MiB header table, over the 16 MiB the client
+reads of one, used to close the connection with 501 on every redelivery).
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ if TYPE_CHECKING:
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 FRAME_NODE = "transport-frames@localhost"
+HUGE_FRAME_NODE = "transport-huge-frames@localhost"
+HUGE_FRAME_MAX = 32 * 1024 * 1024
+HUGE_HEADER_BYTES = 20 * 1024 * 1024
 AUTH_NODE = "transport-auth@localhost"
 BROKER_FRAME_MAX = 1_048_576
 BIG_HEADER_BYTES = 300_000
@@ -52,6 +57,13 @@ ERROR_HEADER = "x-acemq-error"
 def frames_node() -> Iterator[PrivateNode]:
     """A node whose frame size is 1 MiB, eight times RabbitMQ's default."""
     with private_node(FRAME_NODE, conf=f"frame_max = {BROKER_FRAME_MAX}\n") as started:
+        yield started
+
+
+@pytest.fixture(scope="module")
+def huge_frames_node() -> Iterator[PrivateNode]:
+    """A node whose frame size (32 MiB) is over the 16 MiB the sidecar reads of a header."""
+    with private_node(HUGE_FRAME_NODE, conf=f"frame_max = {HUGE_FRAME_MAX}\n") as started:
         yield started
 
 
@@ -154,6 +166,66 @@ async def test_a_300_kb_header_table_costs_no_reconnect_and_no_other_route(
         note=(
             f"sidecar URL {query or '(no frame_max)'}: the 300 KB header went to {big_goes_to};"
             f" reconnects {reconnects:g}; all {2 * PER_ROUTE + 1} settled in {elapsed:.1f} s"
+        ),
+    )
+
+
+async def test_a_20_mib_header_table_is_quarantined_and_the_other_route_keeps_flowing(
+    huge_frames_node: PrivateNode, tmp_path: Path, record: Callable[..., FaultRecord]
+) -> None:
+    """Over the 16 MiB the sidecar reads: passed over, its body quarantined, no reconnect.
+
+    A publisher that took the broker's 32 MiB frame size sends a 20 MiB header table;
+    RabbitMQ does not split content headers, so it hands the sidecar a 20 MiB frame. It
+    used to close the connection (501) on it, and again on every redelivery.
+    """
+    sidecar = Sidecar(amqp_url=huge_frames_node.url, workdir=tmp_path)
+    try:
+        async with open_broker(huge_frames_node.url) as broker:
+            quarantine, quarantined = await declare_quarantine(broker)
+            big_route, other_route = (
+                await declare_flow(broker, "huge"),
+                await declare_flow(broker, "beside"),
+            )
+            big_ids, other_ids = make_ids("huge", PER_ROUTE), make_ids("beside", PER_ROUTE)
+            half = PER_ROUTE // 2
+            await publish_ids(broker, big_route.staging, big_ids[:half])
+            headers = {"x-acemq-id": "the-huge-one", "x-big": "b" * HUGE_HEADER_BYTES}
+            await broker.publish(
+                big_route.staging, body=b"huge-body", headers=headers, message_id="the-huge-one"
+            )
+            await publish_ids(broker, big_route.staging, big_ids[half:])
+            await publish_ids(broker, other_route.staging, other_ids)
+            sidecar.write(sidecar.route_map(quarantine=quarantine, flows=[big_route, other_route]))
+            started = time.monotonic()
+            await sidecar.start()
+            other = await take_all(broker, other_route.target, PER_ROUTE, context=sidecar.output)
+            big = await take_all(broker, big_route.target, PER_ROUTE, context=sidecar.output)
+            (copy,) = await broker.take(quarantined, 1, timeout_s=RELAY_TIMEOUT_S)
+            elapsed = time.monotonic() - started
+            assert sorted(other) == other_ids
+            assert sorted(big) == big_ids
+            assert copy.body == b"huge-body"
+            copy_headers = copy.header.properties.headers or {}
+            reason = str(copy_headers[ERROR_HEADER])
+            assert "bytes, over the limit of 16777216" in reason, reason
+            assert "its properties and headers could not be read" in reason, reason
+            assert await broker.depth(big_route.staging) == 0
+            reconnects = await sidecar.metric("acemq_sidecar_reconnects_total")
+            assert reconnects == 0, sidecar.output()
+            assert sidecar.is_running()
+    finally:
+        await sidecar.kill()
+    record(
+        messages=2 * PER_ROUTE + 1,
+        faults=1,
+        duplicates=len(big) + len(other) - 2 * PER_ROUTE,
+        duplicate_bound=0,
+        recovery_s=(),
+        note=(
+            f"a {HUGE_HEADER_BYTES:,}-byte header table on a 32 MiB node: quarantined"
+            f" ({reason[:90]}); reconnects {reconnects:g};"
+            f" all {2 * PER_ROUTE + 1} settled in {elapsed:.1f} s"
         ),
     )
 

@@ -2,6 +2,8 @@
 
 ``PublishRecorder.publish`` has the client's signature; a fake says what the broker
 answers to each publish in ``answer``. An exception answer is raised, as the client raises.
+The publish gate's probe (``sidecar.publish_gate``) is confirmed at once and only counted
+(``probes``): the fakes' scripts answer the copies.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sidecar.delivery import PublishOutcome
+from sidecar.publish_gate import PROBE_ROUTING_KEY
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -38,6 +41,8 @@ class Publish:
 class PublishRecorder:
     """Gives a fake the client's ``publish``; the fake answers in :meth:`answer`."""
 
+    probes: int = 0  # the publish gate's probes it confirmed
+
     async def publish(
         self,
         body: bytes,
@@ -51,6 +56,9 @@ class PublishRecorder:
         content_header: bytes | None = None,
     ) -> PublishOutcome:
         """Hand the publish to ``answer``; raise its answer if that is an exception."""
+        if routing_key == PROBE_ROUTING_KEY and exchange == "":
+            self.probes += 1
+            return PublishOutcome.CONFIRMED
         answer = await self.answer(
             Publish(
                 body,

@@ -193,3 +193,19 @@ def shown(url: str) -> str:
     except BrokerAddressError as e:
         return str(e)
     return address.masked() + repr(address)
+
+
+@pytest.mark.parametrize(
+    ("url", "mechanism", "user"),
+    [
+        ("amqps://broker", "EXTERNAL", None),  # the certificate's name: not known to us
+        ("amqps://broker", "PLAIN", "guest"),
+        ("amqps://svc@broker", "EXTERNAL", "svc"),  # named: taken to be the certificate's
+        ("amqp://alice:pw@broker", "AMQPLAIN", "alice"),
+        ("amqp://broker", None, "guest"),  # not logged in (a connection made by hand)
+    ],
+)
+def test_the_name_the_broker_knows_us_by_follows_the_mechanism(
+    url: str, mechanism: str | None, user: str | None
+) -> None:
+    assert BrokerAddress.parse(url).user_for(mechanism) == user

@@ -13,6 +13,7 @@ from pamqp import header as pamqp_header
 
 from sidecar.amqp import BrokerConnectionError, Channel, ChannelLostError, install_codec
 from sidecar.amqp.link import WRITE_BATCH_BYTES, WRITE_BUFFER_HIGH, Link
+from sidecar.delivery import UnreadHeader
 from sidecar.frames import BASIC_DELIVER, HEARTBEAT
 
 from .amqp_fakes import FakeLink, FakeTransport
@@ -45,6 +46,10 @@ class RecordingEnd:
     def on_body(self, payload: bytes) -> None:
         """Note a body frame."""
         self.calls.append(("body", payload))
+
+    def on_unread_header(self, unread: UnreadHeader, *, body_size: int) -> None:
+        """Note a content header passed over."""
+        self.calls.append(("unread", (unread, body_size)))
 
     def lose(self, error: BaseException) -> None:
         """Note the end."""

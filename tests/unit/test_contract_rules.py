@@ -10,11 +10,22 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from sidecar.contract import Policy, Publishers, Reject, Relay, normalise
+from sidecar.contract import (
+    Policy,
+    PropertyValue,
+    Publishers,
+    Reject,
+    Relay,
+    move_user_id,
+    normalise,
+)
 from sidecar.vectors import from_json, to_json
 from sidecar.wire import (
     ByteArray,
+    FieldValue,
     Float32,
     Int16,
     Int32,
@@ -387,3 +398,57 @@ def test_an_address_of_255_bytes_is_still_mirrored(new_id: Callable[[], str]) ->
     assert isinstance(verdict, Relay)
     assert verdict.properties["message_id"] == edge
     assert ("mirror", "message_id") in pairs(verdict)
+
+
+@pytest.mark.parametrize(
+    ("user_id", "kind", "original"),
+    [("guest", "moved", "guest"), ("svc", "moved", "svc"), ("", "empty_value", None)],
+)
+def test_with_no_known_login_every_user_id_moves(
+    user_id: str, kind: str, original: str | None
+) -> None:
+    """EXTERNAL without a user: the broker's name for us is not known, so none may stay."""
+    properties: dict[str, PropertyValue] = {"user_id": user_id}
+    headers: dict[str, FieldValue] = {}
+    assert move_user_id(properties, headers, login=None) == kind
+    assert properties == {}
+    assert headers.get("acemq-original-user-id") == original
+
+
+def test_with_no_known_login_a_message_without_user_id_is_untouched() -> None:
+    properties: dict[str, PropertyValue] = {"message_id": "m-1"}
+    headers: dict[str, FieldValue] = {}
+    assert move_user_id(properties, headers, login=None) is None
+    assert (properties, headers) == ({"message_id": "m-1"}, {})
+
+
+@given(user_id=st.text(max_size=40), login=st.none() | st.text(max_size=40))
+def test_a_user_id_stays_only_when_it_is_the_known_login(user_id: str, login: str | None) -> None:
+    """Whatever the login: what stays is the login itself, what moves is kept in the header."""
+    properties: dict[str, PropertyValue] = {"user_id": user_id}
+    headers: dict[str, FieldValue] = {}
+    move_user_id(properties, headers, login=login)
+    if login is not None and user_id == login:
+        assert properties == {"user_id": login}
+        assert headers == {}
+    else:
+        assert "user_id" not in properties
+        assert ("acemq-original-user-id" in headers) == (user_id != "")
+
+
+def test_normalise_under_no_known_login_moves_even_the_default_login(
+    new_id: Callable[[], str],
+) -> None:
+    headers = {k: from_json(v) for k, v in BASE.items()}
+    verdict = normalise(
+        "t",
+        {"message_id": "m-1", "user_id": "guest"},
+        headers,
+        policy=Policy(login=None),
+        now_ms=NOW,
+        new_id=new_id,
+    )
+    assert isinstance(verdict, Relay)
+    assert "user_id" not in verdict.properties
+    assert verdict.headers["acemq-original-user-id"] == "guest"
+    assert ("moved", "user_id") in pairs(verdict)

@@ -28,7 +28,16 @@ from sidecar.route_context import RouteContext
 from sidecar.route_log import RouteLog
 from sidecar.route_state import HeldDelivery, RouteState
 from sidecar.routes import Mode, Publishers, Route
-from sidecar.settlement import Decision, Done, Hold, Outcome, Plan, Quarantine, reason_only
+from sidecar.settlement import (
+    DeadLetter,
+    Decision,
+    Done,
+    Hold,
+    Outcome,
+    Plan,
+    Quarantine,
+    reason_only,
+)
 from tests.unit.fake_publish import Answer, Publish, PublishRecorder
 
 QUARANTINE = "acemq.quarantine"
@@ -60,6 +69,7 @@ class OneChannel:
 
     channel_: ScriptedChannel
     is_open: bool = True
+    blocked_reason: str | None = None  # never blocked: the publish gate probes, is answered
 
     async def channel(self, *, prefetch: int) -> ScriptedChannel:
         """The scripted channel, whatever the prefetch."""
@@ -129,7 +139,7 @@ def make_rig(answers: list[Answer]) -> Rig:
     stop = asyncio.Event()
     channel = ScriptedChannel(answers)
     connection = OneChannel(channel)
-    lane = PublishLane(cast("RelayConnection", connection))
+    lane = PublishLane(cast("RelayConnection", connection), stop=stop)
     return Rig(
         publisher=PlanPublisher(context, stop=stop),
         channel=channel,
@@ -186,10 +196,17 @@ async def test_a_quarantine_copy_too_big_even_for_the_reason_goes_with_a_short_o
     assert len(str(rig.channel.headers[2])) < len(str(rig.channel.headers[1]))
 
 
-async def test_a_quarantine_copy_that_cannot_be_written_at_all_is_the_settle_loops() -> None:
-    """Nowhere left to send it: the error goes up, and the route pauses for a redelivery."""
+async def test_a_quarantine_copy_that_cannot_be_written_at_all_is_dead_lettered() -> None:
+    """Nowhere left to send it, and a redelivery would meet the same copy: reject it."""
     rig = make_rig([WireError("no"), WireError("no"), WireError("no")])
-    with pytest.raises(WireError):
+    decision = await rig.attempt(Quarantine("a reason"))
+    assert decision == DeadLetter("a reason; and the quarantine copy cannot be written: no")
+
+
+async def test_a_bug_on_the_quarantine_path_is_the_settle_loops() -> None:
+    """Not a copy that cannot be written: the error goes up, the route pauses for a redelivery."""
+    rig = make_rig([RuntimeError("boom")])
+    with pytest.raises(RuntimeError):
         await rig.attempt(Quarantine("a reason"))
 
 

@@ -7,15 +7,22 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from sidecar.amqp import RelayConnection
+from sidecar.delivery import PublishOutcome
 from sidecar.publish_lane import PublishLane
+from tests.unit.fake_publish import Answer, Publish, PublishRecorder
 
 
 @dataclass(eq=False)
-class Channel:
-    """A channel that only knows whether it is open."""
+class Channel(PublishRecorder):
+    """A channel that knows whether it is open, and confirms (the gate's probe)."""
 
     number: int
     is_open: bool = True
+
+    async def answer(self, publish: Publish) -> Answer:
+        """Confirmed."""
+        del publish
+        return PublishOutcome.CONFIRMED
 
     async def close(self) -> None:
         """Close it."""
@@ -28,6 +35,7 @@ class Connection:
 
     opened: list[Channel] = field(default_factory=list)
     is_open: bool = True
+    blocked_reason: str | None = None
 
     async def channel(self, *, prefetch: int) -> Channel:
         """A new fake channel."""
@@ -37,7 +45,7 @@ class Connection:
 
 
 def lane_on(connection: Connection) -> PublishLane:
-    return PublishLane(cast("RelayConnection", connection))
+    return PublishLane(cast("RelayConnection", connection), stop=asyncio.Event())
 
 
 async def test_publishes_share_one_channel_until_it_is_retired() -> None:
@@ -92,14 +100,16 @@ async def test_close_closes_the_shared_channel_and_retired_ones_still_in_use() -
     connection = Connection()
     lane = lane_on(connection)
     gate = asyncio.Event()
+    retired = asyncio.Event()
 
     async def in_use() -> None:
         async with lane.shared() as publisher:
             lane.retire(publisher)
+            retired.set()
             await gate.wait()
 
     task = asyncio.create_task(in_use())
-    await asyncio.sleep(0)
+    await retired.wait()  # through the publish gate (its probe answered) and retired
     await lane.open()
     await lane.close()
     assert [c.is_open for c in connection.opened] == [False, False]

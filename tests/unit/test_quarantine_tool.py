@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sidecar.cli import main
-from sidecar.delivery import Delivery
+from sidecar.delivery import Delivery, UnreadHeader
 from sidecar.frames import UndecodableTable
 from sidecar.quarantine_reader import CHANNELS_TARGET, PREFETCH_MAX, window_for
 from sidecar.quarantine_tool import (
@@ -139,6 +139,24 @@ def test_an_undecodable_original_is_not_replayed() -> None:
     plan = plan_replay(delivery(copy, properties=properties), quarantine="q", to=None, now_ms=1)
     assert isinstance(plan, Unreplayable)
     assert plan.reason.startswith("undecodable original")
+
+
+def test_an_original_whose_content_header_went_unread_is_not_replayed() -> None:
+    """Only its body was kept: a replay would lose its properties and headers for good."""
+    original = Delivery(
+        delivery_tag=1,
+        exchange="",
+        routing_key="orders",
+        redelivered=False,
+        properties=MappingProxyType({}),
+        headers=MappingProxyType({}),
+        body=b"body",
+        unread_header=UnreadHeader(size=20_000_000, limit=16_777_216),
+    )
+    properties, copy = quarantine_copy(original, reason="r", queue="s", login="guest")
+    plan = plan_replay(delivery(copy, properties=properties), quarantine="q", to=None, now_ms=1)
+    assert isinstance(plan, Unreplayable)
+    assert plan.reason.startswith("unread original")
 
 
 @given(st.integers(min_value=1, max_value=200_000_000))

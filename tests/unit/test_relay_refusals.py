@@ -262,7 +262,7 @@ def make_rig(
     settler = Settler(context, state=state, log=log, stop=stop)
     connection = connection or FakeConnection(Script(answers))
     connection.script.answers = answers
-    settler.attach(connection, PublishLane(connection))  # type: ignore[arg-type]
+    settler.attach(connection, PublishLane(connection, stop=stop))  # type: ignore[arg-type]
     return Rig(settler, state, registry, stop, connection, now)
 
 

@@ -98,7 +98,7 @@ class Rig:
     async def settle(self, channel: FakeChannel, message: Delivery) -> None:
         """Settle one delivery consumed and published on the fake channel."""
         connection = cast("RelayConnection", OneChannelConnection(channel))  # a partial fake
-        self.settler.attach(connection, PublishLane(connection))
+        self.settler.attach(connection, PublishLane(connection, stop=self.stop))
         await self.settler.settle(channel, message)  # type: ignore[arg-type]
 
     def count(self, outcome: str) -> float | None:
@@ -208,7 +208,8 @@ async def test_a_nacked_copy_is_held_then_retried_on_a_new_publish_channel() -> 
 
     rig.state.pause = pause  # type: ignore[method-assign]
     rig.settler.attach(
-        cast("RelayConnection", connection), PublishLane(cast("RelayConnection", connection))
+        cast("RelayConnection", connection),
+        PublishLane(cast("RelayConnection", connection), stop=rig.stop),
     )
     await rig.settler.settle(consumer, delivery())  # type: ignore[arg-type]
     assert [[p["exchange"] for p in c.published] for c in connection.opened] == [

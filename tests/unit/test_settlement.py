@@ -9,14 +9,17 @@ from typing import Any
 import pytest
 
 from sidecar.contract import ERROR, ORIGINAL_USER_ID, Policy, Publishers, Reject, Relay
-from sidecar.delivery import Delivery, PublishOutcome
+from sidecar.delivery import Delivery, PublishOutcome, UnreadHeader
+from sidecar.errors import WireError
 from sidecar.frames import UndecodableTable
 from sidecar.settlement import (
     ORIGINAL_ERROR,
+    ORIGINAL_HEADER_BYTES,
     ORIGINAL_HEADERS,
     QUARANTINED_FROM,
     SHORT_REASON_MAX,
     Copy,
+    DeadLetter,
     Done,
     Hold,
     Outcome,
@@ -33,6 +36,7 @@ from sidecar.settlement import (
     reason_only,
     same_table,
     unencodable,
+    unwritable_quarantine,
 )
 from sidecar.settlement_holds import slow_confirm
 from sidecar.wire import ByteArray, FieldValue, Float32, Int32, Int64
@@ -372,3 +376,45 @@ def test_an_undecodable_original_cannot_be_restored() -> None:
     message = delivery({}, undecodable=UndecodableTable(raw=b"\x00\x01", error="bad"))
     _, copy = quarantine_copy(message, reason="why", queue="q", login=LOGIN)
     assert original_headers(copy) is None
+
+
+def unread_delivery() -> Delivery:
+    """A delivery whose content header was too large to read: a body, nothing else."""
+    return Delivery(
+        delivery_tag=7,
+        exchange="",
+        routing_key="order.placed",
+        redelivered=False,
+        properties=MappingProxyType({}),
+        headers=MappingProxyType({}),
+        body=b"body",
+        unread_header=UnreadHeader(size=20_971_520, limit=16_777_216),
+    )
+
+
+@pytest.mark.parametrize("audit", [False, True])
+def test_a_content_header_too_large_to_read_is_quarantined_with_its_size(*, audit: bool) -> None:
+    """Audit mode too: a copy without its properties and headers is not the original."""
+    plan, verdict = plan_delivery(
+        unread_delivery(), target(audit=audit), now_ms=NOW_MS, new_id=lambda: "new"
+    )
+    assert verdict is None
+    assert isinstance(plan, Quarantine)
+    assert "20971520 bytes, over the limit of 16777216" in plan.reason
+    assert "its properties and headers could not be read" in plan.reason
+    assert reason_kind(plan.reason) == "content header too large to read"
+
+
+def test_the_quarantine_copy_of_an_unread_header_keeps_the_body_and_the_size() -> None:
+    message = unread_delivery()
+    properties, headers = quarantine_copy(message, reason="why", queue="q", login=LOGIN)
+    assert properties == {}
+    assert headers == {ERROR: "why", QUARANTINED_FROM: "q", ORIGINAL_HEADER_BYTES: 20_971_520}
+    assert original_headers(headers) == {ORIGINAL_HEADER_BYTES: 20_971_520}
+
+
+def test_a_quarantine_copy_that_cannot_be_written_is_dead_lettered_with_both_reasons() -> None:
+    decision = unwritable_quarantine("r" * 5000, WireError("too big"))
+    assert isinstance(decision, DeadLetter)
+    assert decision.reason.startswith("r" * 4096 + "... (904 more characters); and the")
+    assert decision.reason.endswith("the quarantine copy cannot be written: too big")
