@@ -108,7 +108,9 @@ class RouteWorker:
                     break
                 if consumer.cancelled_by_broker:
                     # No more deliveries, but the channel still acks: settle what it holds
-                    # first, or closing it would send that back to be redelivered.
+                    # first, or closing it would send that back to be redelivered. /readyz
+                    # says why meanwhile.
+                    state.channel_closed(reason)
                     await self._settle_in_flight(grace_s)
                 if state.acked_since_open or self._clock.monotonic() - since > HEALTHY_CHANNEL_S:
                     self._backoff.reset()  # it worked for a while: a fresh failure, not a loop
@@ -232,7 +234,8 @@ class RouteWorker:
         except TimeoutError:
             extra = {"route": self.route.name, "in_flight": state.in_flight}
             log.warning(
-                "route %s: %d messages unsettled after %.1fs; the broker will redeliver them",
+                "route %s: %d messages unsettled after %.1fs; unacked, they go back to their"
+                " queue (if it still exists) to be redelivered",
                 self.route.name,
                 state.in_flight,
                 grace_s,

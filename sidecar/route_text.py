@@ -10,6 +10,7 @@ import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from sidecar.address import BrokerAddress
     from sidecar.route_map import RouteMap
 
 __all__ = ["describe", "show"]
@@ -39,6 +40,13 @@ def show(value: object) -> str:  # noqa: PLR0911 - a case per YAML scalar kind
     return json.dumps(str(value))
 
 
+def _login(address: BrokerAddress) -> str:
+    """Say who the sidecar logs in as: over amqps:// with no user, its client certificate."""
+    if address.tls and not address.login_given:
+        return f"login by client certificate (EXTERNAL) where offered, else {address.login}"
+    return f"login {address.login}"
+
+
 def describe(route_map: RouteMap) -> str:
     """Return a multi-line summary for ``acemq-sidecar check``; the password is masked."""
     broker = route_map.broker
@@ -49,9 +57,9 @@ def describe(route_map: RouteMap) -> str:
     (first, *more) = broker.addresses
     if more:
         head = [f"broker: {len(broker.addresses)} nodes, tried in a shuffled order ({settings}):"]
-        head += [f"  {a.masked()} (login {a.login})" for a in broker.addresses]
+        head += [f"  {a.masked()} ({_login(a)})" for a in broker.addresses]
     else:
-        head = [f"broker: {first.masked()} (login {first.login}, {settings})"]
+        head = [f"broker: {first.masked()} ({_login(first)}, {settings})"]
     lines = [
         *head,
         f"mode: {route_map.mode}",

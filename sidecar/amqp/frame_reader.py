@@ -104,6 +104,10 @@ class FrameReader:
     def __init__(self, owners: FrameOwners) -> None:
         self._owners = owners
         self._buffer = bytearray()  # the start of a frame not yet whole
+        # That frame's type and its size once whole (0 while its length is not in yet):
+        # reads that cannot make it whole are only appended, so a large frame arriving in
+        # many reads is copied once, not once per read.
+        self._kept_kind, self._kept_whole = 0, 0
         self._skip: _Skip | None = None  # a content header being passed over
 
     def feed(self, data: bytes) -> None:
@@ -122,6 +126,9 @@ class FrameReader:
             # boundary (the common case) is read as it came; a partial frame kept from the
             # last read is joined to it first.
             if buffer:
+                if len(buffer) + len(data) < self._kept_whole and self._may_wait():
+                    buffer += data
+                    return
                 buffer += data
                 data = bytes(buffer)
                 buffer.clear()
@@ -129,8 +136,24 @@ class FrameReader:
             if self._skip is None:
                 if read < len(data):
                     buffer[:] = data[read:]
+                    self._keep_sizes(buffer)
                 return
             data = data[read:]  # the rest is the header's, then what follows it
+
+    def _keep_sizes(self, kept: bytearray) -> None:
+        """Note the type and whole size of the frame begun in ``kept``, where its head is in."""
+        if len(kept) < 7:
+            self._kept_kind, self._kept_whole = 0, 0
+            return
+        kind, _, length = HEADER.unpack_from(kept)
+        self._kept_kind, self._kept_whole = kind, 8 + length
+
+    def _may_wait(self) -> bool:
+        """Whether the kept frame is one to read whole (else it is read at once, to refuse it)."""
+        length = self._kept_whole - 8
+        return length <= self._owners.frame_max or (
+            self._kept_kind == FRAME_HEADER and length <= HEADER_FRAME_MAX
+        )
 
     def _pass_over(self, skip: _Skip, data: bytes) -> bytes | None:
         """Drop the header's bytes in ``data``; once it ends, tell its channel, return the rest.

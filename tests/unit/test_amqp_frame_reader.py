@@ -138,3 +138,24 @@ def test_any_other_frame_over_the_frame_size_is_still_a_frame_error() -> None:
     body = HEADER.pack(3, 1, HEADER_FRAME_MAX + 1) + b"\x00" * 20
     with pytest.raises(FrameError, match="over the frame size"):
         reader.feed(body)
+
+
+def test_a_large_frame_in_many_reads_is_read_once_it_is_whole() -> None:
+    """Reads that cannot complete it are only kept: a 1 MiB header is not copied per read."""
+    reader, owners, channel = reading()
+    owners.frame_max = 2 * 2**20
+    data = b"".join(delivery_frames(b"x" * 2**20))
+    reads = 0
+    read_frames = reader._read_frames
+
+    def counting(buffer: bytes) -> int:
+        nonlocal reads
+        reads += 1
+        return read_frames(buffer)
+
+    reader._read_frames = counting  # type: ignore[method-assign]
+    chunk = 4096
+    for at in range(0, len(data), chunk):
+        reader.feed(data[at : at + chunk])
+    assert channel.calls[-1] == ("body", b"x" * 2**20)
+    assert reads <= 4, f"{reads} reads of the frames for {len(data) // chunk + 1} reads"

@@ -583,6 +583,8 @@ async def test_the_brokers_cancel_settles_what_the_channel_holds_before_closing_
     held = len(first.unacked)
     assert held >= 1
     first.cancelled_by_broker()
+    await until(lambda: route.pause_reason is not None)
+    assert first.is_open  # paused (/readyz says why) while what it holds is settled
     await until(lambda: not first.is_open)
     route.request_stop()
     async with asyncio.timeout(BOUND_S):

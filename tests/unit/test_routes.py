@@ -735,6 +735,15 @@ def test_describe_summarises_every_route_and_masks_the_password() -> None:
     ) in lines
 
 
+def test_describe_says_an_amqps_url_with_no_user_logs_in_by_certificate() -> None:
+    """With no user over amqps:// the client offers EXTERNAL first: "login guest" would mislead."""
+    text = describe(_parse(FULL, {"AMQP_URL": "amqps://mq:5671/prod"}))
+    assert text.splitlines()[0] == (
+        "broker: amqps://guest:***@mq:5671/prod (login by client certificate (EXTERNAL) where"
+        " offered, else guest, prefetch 256, heartbeat 15 s, connect timeout 2.5 s)"
+    )
+
+
 def test_load_route_map_reads_the_file(tmp_path: Path) -> None:
     """load_route_map names the file it read in every error."""
     path = tmp_path / "routes.yaml"
