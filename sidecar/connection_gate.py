@@ -3,10 +3,14 @@
 ``sidecar.publish_gate`` decides (why a quiet connection probes before a copy goes out:
 RabbitMQ blocks a connection only when a publish meets an alarm); this carries it out
 for every publish lane of one connection. The probe goes on the channel of the publish
-that found the connection quiet: nothing else is in flight then, so a refusal that
-closes it (403: no write permission on the default exchange) takes no copy down. A
-publish enters before it is written and leaves once it has its answer; entering costs a
-comparison while the connection keeps publishing.
+that found the connection quiet; a refusal that closes it (403: no write permission on
+the default exchange) closes that channel, and the publish then takes another (the
+lane does). A publish enters before it is written and leaves once it has its answer
+(or failed), saying whether the broker answered it; entering costs a comparison while
+the broker keeps answering.
+
+The registry holds each gate until its connection is collected; a gate holds its
+connection weakly, so that the registry never keeps a closed connection alive.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import weakref
 from typing import TYPE_CHECKING, ClassVar, assert_never
 
 from sidecar.amqp import ChannelClosedError, ChannelLostError
+from sidecar.errors import MissingEntityError
 from sidecar.publish_gate import (
     PROBE_BODY,
     PROBE_ROUTING_KEY,
@@ -32,7 +37,7 @@ from sidecar.waits import first_of
 if TYPE_CHECKING:
     from sidecar.amqp import Publisher, RelayConnection
 
-__all__ = ["ConnectionGate"]
+__all__ = ["ConnectionGate", "answered"]
 
 log = logging.getLogger("sidecar.relay")
 
@@ -40,11 +45,20 @@ PROBE_SLOW_S = 30.0  # the probe's on_slow is not used: its answer is awaited ho
 PROBE_PROPERTIES = {"app_id": "acemq-sidecar", "type": "acemq-sidecar.publish-gate"}
 
 
+def answered(error: BaseException | None) -> bool:
+    """Return whether a publish that ended with ``error`` (None: its outcome) was answered.
+
+    An outcome (confirm, nack, return) and a close of its channel by the broker are the
+    broker's answers; an error before writing, or a channel the sidecar closed, is not.
+    """
+    return error is None or isinstance(error, ChannelClosedError | MissingEntityError)
+
+
 class ConnectionGate:
     """The publish gate of one connection; ``ConnectionGate.of(connection)`` finds it."""
 
     # By identity, not by hash (a connection need not be hashable); an entry goes with
-    # its connection.
+    # its connection (the gate holds it weakly, so it can go).
     _gates: ClassVar[dict[int, ConnectionGate]] = {}
 
     @classmethod
@@ -58,22 +72,31 @@ class ConnectionGate:
         return gate
 
     def __init__(self, connection: RelayConnection) -> None:
-        self._connection = connection
+        self._connection = weakref.ref(connection)
         self.in_flight = 0  # publishes entered and not left yet
-        self._answered_at = -math.inf  # the loop's time when the last one left
+        self._answered_at = -math.inf  # the loop's time of the broker's last answer
         self._loop = asyncio.get_running_loop()
         self._proving = False  # a probe or a lead publish is out, unanswered
         self._probe_refused = False
-        self._waiters: list[asyncio.Future[None]] = []  # for the probe's or the lead's answer
+        # For the probe's or the lead's answer: True, entered (counted); False, decide again.
+        self._waiters: list[asyncio.Future[bool]] = []
         self._probe: asyncio.Task[None] | None = None
         self.probes = 0  # probes sent on this connection (for the tests and the bench)
 
+    def _blocked(self) -> bool:
+        connection = self._connection()
+        return connection is not None and connection.blocked_reason is not None
+
+    def _connection_gone(self) -> bool:
+        connection = self._connection()
+        return connection is None or not connection.is_open
+
     def try_enter(self) -> bool:
-        """Enter at once while the connection keeps publishing; False: ``enter`` must wait."""
+        """Enter at once while the broker keeps answering; False: ``enter`` must wait."""
         if (
             not self._proving
-            and (self.in_flight or self._loop.time() - self._answered_at < QUIET_S)
-            and self._connection.blocked_reason is None
+            and self._loop.time() - self._answered_at < QUIET_S
+            and not self._blocked()
         ):
             self.in_flight += 1
             return True
@@ -83,14 +106,14 @@ class ConnectionGate:
         """Wait until a publish may go out; True when it leads (see ``sidecar.publish_gate``).
 
         ``channel`` is the one it will go on, and the probe's if one is due. Raises
-        ``ChannelLostError`` when ``stop`` comes while the broker blocks: nothing was
-        written.
+        ``ChannelLostError`` with nothing written when ``stop`` comes while the broker
+        blocks, or when a probe is due and ``channel`` is closed (the caller may take
+        another channel and enter again).
         """
         while True:
             decision = admit(
                 GateState(
-                    blocked=self._connection.blocked_reason is not None,
-                    in_flight=self.in_flight,
+                    blocked=self._blocked(),
                     quiet_s=self._loop.time() - self._answered_at,
                     proving=self._proving,
                     probe_refused=self._probe_refused,
@@ -112,53 +135,79 @@ class ConnectionGate:
                     if await self._proof(stop):
                         return False
                 case Admit.WAIT:
-                    await first_of(self._connection.wait_unblocked(), stop.wait())
-                    if stop.is_set() and self._connection.blocked_reason is not None:
-                        raise ChannelLostError("stopping while the broker blocks publishing")
+                    await self._unblocked(stop)
                 case _:
                     assert_never(decision)
 
-    def leave(self, *, lead: bool) -> None:
-        """Count out a publish that has its answer (or failed); a lead's lets the others go."""
+    async def _unblocked(self, stop: asyncio.Event) -> None:
+        """Wait until the broker unblocks; raise ``ChannelLostError`` at a stop meanwhile."""
+        connection = self._connection()
+        if connection is not None:
+            await first_of(connection.wait_unblocked(), stop.wait())
+        if stop.is_set() and self._blocked():
+            raise ChannelLostError("stopping while the broker blocks publishing")
+
+    def leave(self, *, lead: bool, answered: bool) -> None:
+        """Count out a publish that has its answer or failed (``answered``: the broker's).
+
+        A lead's answer lets the others go; a lead that had none makes them decide again.
+        """
         self.in_flight -= 1
-        self._answered_at = self._loop.time()
+        if answered:
+            self._answered_at = self._loop.time()
         if lead:
-            self._proven()
+            self._settle_proof(proven=answered or self._connection_gone())
 
     async def _proof(self, stop: asyncio.Event) -> bool:
         """Wait for the probe's or the lead's answer; True: entered, False: decide again.
 
-        Again when ``connection.blocked`` came with the answer. A stop lets the publish go
-        (unwritten) only while the broker blocks: else the answer is a round trip away,
-        and the drain settles what is in flight.
+        Again when ``connection.blocked`` came with the answer, or when it proved nothing.
+        A stop lets the publish go (unwritten) only while the broker blocks: else the
+        answer is a round trip away, and the drain settles what is in flight. A
+        cancellation after the grant takes back what it counted.
         """
-        granted = asyncio.get_running_loop().create_future()
+        granted: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._waiters.append(granted)
         try:
             await first_of(asyncio.shield(granted), stop.wait())
-            if not granted.done() and self._connection.blocked_reason is None:
+            if not granted.done() and not self._blocked():
                 await granted  # stopping, not blocked: the answer comes
+        except BaseException:
+            if granted.done() and not granted.cancelled() and granted.result():
+                self.in_flight -= 1  # granted, then cancelled before it could go
+            raise
         finally:
             if not granted.done():
-                granted.cancel()  # _proven skips it
+                granted.cancel()  # _settle_proof skips it
         if granted.cancelled():
             raise ChannelLostError("stopping while the broker blocks publishing")
-        if self._connection.blocked_reason is None:
+        if not granted.result():
+            return False
+        if not self._blocked():
             return True
-        self.in_flight -= 1  # counted by _proven: not going after all
+        self.in_flight -= 1  # counted by _settle_proof: not going after all
         return False
 
-    def _proven(self) -> None:
-        """Let every publish waiting go, together: the broker answered the probe or the lead."""
+    def _settle_proof(self, *, proven: bool) -> None:
+        """Let the publishes waiting go, or make them decide again: the probe or lead is done.
+
+        ``proven``: the broker answered it (or the connection closed): they go, together.
+        Else it proved nothing (never written, its channel closed by the sidecar): they
+        decide again, and one of them probes (or leads).
+        """
         self._proving = False
-        self._answered_at = self._loop.time()
+        if proven:
+            self._answered_at = self._loop.time()
         waiters, self._waiters = self._waiters, []
         for granted in waiters:
             if not granted.done():
-                self.in_flight += 1
-                granted.set_result(None)
+                if proven:
+                    self.in_flight += 1
+                granted.set_result(proven)
 
     def _start_probe(self, channel: Publisher) -> None:
+        if not channel.is_open:  # it would not be written: the caller takes another
+            raise ChannelLostError("the publish channel closed at the publish gate")
         self._proving = True
         self.probes += 1
         self._probe = asyncio.create_task(self._send_probe(channel), name="publish-gate-probe")
@@ -167,8 +216,11 @@ class ConnectionGate:
         """Publish the probe and wait for any answer; then the publishes waiting go.
 
         No answer while the broker blocks: they wait on. The connection closing ends it
-        too (they go, and fail as any publish on a closed connection does).
+        too (they go, and fail as any publish on a closed connection does). A probe the
+        broker did not answer (not written, or its channel closed by the sidecar) makes
+        them decide again.
         """
+        proven = False
         try:
             await channel.publish(
                 PROBE_BODY,
@@ -179,7 +231,9 @@ class ConnectionGate:
                 slow_after_s=PROBE_SLOW_S,
                 on_slow=_nothing,
             )
+            proven = True
         except ChannelClosedError as e:
+            proven = True  # the broker's answer: it read the probe
             if not probe_again(closed_with=e.code):
                 self._probe_refused = True
                 log.warning(
@@ -190,13 +244,13 @@ class ConnectionGate:
                     e.text,
                 )
         except ChannelLostError:
-            pass  # the channel or the connection is gone: the publishes waiting fail on it
+            proven = self._connection_gone()  # else not written, or its channel closed by us
         except Exception:
             log.exception("the publish gate's probe failed; the connection leads instead")
             self._probe_refused = True  # never stall publishing on a bug here
         finally:
             self._probe = None
-            self._proven()
+            self._settle_proof(proven=proven)
 
 
 def _nothing() -> None:

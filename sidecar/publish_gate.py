@@ -11,26 +11,34 @@ read, in order, once the alarm clears. A copy written while the broker is
 ``blocking`` is therefore routed after the alarm; if a SIGTERM meanwhile gave its
 delivery back to the staging queue, it is relayed twice.
 
-So a connection whose publishes all have their answers cannot know whether the broker
-will read the next one; after :data:`QUIET_S` without a publish (a quiet spell) it
-assumes nothing. The gate makes sure a real copy is never the first
-publish the broker meets after a quiet spell: a probe goes first (a one-byte publish
-to the default exchange under a routing key no queue can have: ``amq.`` names are the
-broker's own; not empty, so that an alarm holds it as it would a copy), and the copies
-wait for its answer. An answer (confirm, return, nack, a refusal that closes its
-channel) without ``connection.blocked`` means the broker read it unblocked: the copies
-waiting go at once, together. No answer, ``connection.blocked`` instead: they wait on,
+So a connection cannot know whether the broker will read its next publish; after
+:data:`QUIET_S` without an answer from the broker (a quiet spell) it assumes nothing.
+The gate makes sure a real copy is never the first publish the broker meets after a
+quiet spell: a probe goes first (a one-byte publish to the default exchange under a
+routing key no queue can have: ``amq.`` names are the broker's own; not empty, so that
+an alarm holds it as it would a copy), and the copies wait for its answer. An answer
+(confirm, return, nack, a refusal that closes its channel) without
+``connection.blocked`` means the broker read it unblocked: the copies waiting go at
+once, together. No answer, ``connection.blocked`` instead: they wait on,
 and a stop lets them go with nothing written.
 
-A connection that keeps publishing pays nothing: while another publish is unanswered,
-or one was answered less than :data:`QUIET_S` ago, the next goes at once (a probe at
-every gap between two bursts would cost a round trip each; measured on bench/ab.py). An
-alarm that begins mid-flow (or within :data:`QUIET_S` of the last answer) still catches
-what is on its way when it begins: copies (routed once it clears) and acks written
-behind them (read once it clears, or never if the broker first finds the connection
-gone), at most the connection's deliveries in flight. Publishing and consuming on
+A connection that keeps publishing pays nothing: while the broker's last answer on it
+(to any publish) came less than :data:`QUIET_S` ago, the next goes at once (a probe at
+every gap between two bursts would cost a round trip each; measured on bench/ab.py). The
+quiet spell counts from that answer, not from the last write, and whatever is still
+unanswered: a publish stuck for minutes (a quorum queue without its quorum) says nothing
+of whether the broker reads now, and the probe, routed to no queue, is answered at once.
+An alarm that begins within :data:`QUIET_S` of the last answer still catches what is on
+its way when it begins: copies (routed once it clears) and acks written behind them
+(read once it clears, or never if the broker first finds the connection gone), at most
+the connection's deliveries in flight. Publishing and consuming on
 separate connections (RabbitMQ's advice) would keep acks and a drain's cancel flowing;
 copies on their way would still be caught.
+
+Only the broker's answer to the probe (or the lead) proves it read it, or the connection
+closing (the copies waiting then fail as any publish on it does). A probe or lead that
+was never written, or whose channel the sidecar closed before its answer, proves
+nothing: the copies waiting decide again, and one of them probes on its own channel.
 
 Where the user may not write to the default exchange (a 403), the probe is given up for
 the connection and the first copy after a quiet spell goes alone instead (a lead): the
@@ -80,8 +88,7 @@ class GateState:
     """One connection's publishes as the gate sees them."""
 
     blocked: bool  # connection.blocked came, and no connection.unblocked yet
-    in_flight: int  # publishes admitted and not answered yet (a lead among them)
-    quiet_s: float  # since the last publish's answer (infinite before the first)
+    quiet_s: float  # since the broker's last answer on it (infinite before the first)
     proving: bool  # a probe or a lead is out, unanswered
     probe_refused: bool  # the broker refused the probe: the connection leads instead
 
@@ -90,13 +97,13 @@ def admit(state: GateState) -> Admit:
     """Return what a publish that wants to go out on this connection does now.
 
     Nothing goes while the broker blocks, or while a probe or a lead is unanswered;
-    a publish goes at once while another is unanswered or was answered less than
-    :data:`QUIET_S` ago (the broker is reading them); after a quiet spell the probe goes
-    first (or, refused, this publish leads).
+    a publish goes at once while the broker answered one less than :data:`QUIET_S` ago
+    (it is reading them), however many are still unanswered; after a quiet spell the
+    probe goes first (or, refused, this publish leads).
     """
     if state.blocked or state.proving:
         return Admit.WAIT
-    if state.in_flight > 0 or state.quiet_s < QUIET_S:
+    if state.quiet_s < QUIET_S:
         return Admit.GO
     return Admit.LEAD if state.probe_refused else Admit.PROBE
 

@@ -25,7 +25,8 @@ import asyncio
 import contextlib
 from typing import TYPE_CHECKING
 
-from sidecar.connection_gate import ConnectionGate
+from sidecar.amqp import ChannelLostError
+from sidecar.connection_gate import ConnectionGate, answered
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -112,18 +113,43 @@ class PublishLane:
     async def alone(self) -> AsyncIterator[Publisher]:
         """Yield a channel of its own for one publish; close it afterwards.
 
-        The publish passes the connection's gate first, as a shared one does.
+        The publish passes the connection's gate first, as a shared one does. When the
+        probe went on this channel and the broker refused it (closing the channel), the
+        publish goes on a new one: nothing of it was written.
         """
         async with self._alone:
-            channel = await self._connection.channel(prefetch=PUBLISH_PREFETCH)
+            channel: Publisher = await self._connection.channel(prefetch=PUBLISH_PREFETCH)
             try:
-                lead = await self._enter_gate(channel)
-                try:
-                    yield channel
-                finally:
-                    self._gate.leave(lead=lead)
-            finally:
+                while True:
+                    try:
+                        lead = await self._enter_gate(channel)
+                        break
+                    except ChannelLostError:
+                        if not self._may_take_another(channel):
+                            raise
+                    channel = await self._another_alone(channel)
+            except BaseException:
                 await channel.close()
+                raise
+            error: BaseException | None = None
+            try:
+                if not channel.is_open:  # the probe's refusal closed it
+                    channel = await self._another_alone(channel)
+                yield channel
+            except BaseException as e:
+                error = e
+                raise
+            finally:
+                self._gate.leave(lead=lead, answered=answered(error))
+                await channel.close()
+
+    async def _another_alone(self, closed: Publisher) -> Publisher:
+        await closed.close()
+        return await self._connection.channel(prefetch=PUBLISH_PREFETCH)
+
+    def _may_take_another(self, channel: Publisher) -> bool:
+        """Whether a publish the gate turned away (its channel closed) takes a new one."""
+        return not channel.is_open and not self._stop.is_set() and self.connection_open
 
     async def _enter_gate(self, channel: Publisher) -> bool:
         """Pass the connection's gate; True when this publish leads (``leave`` must say so)."""
@@ -161,28 +187,43 @@ class _SharedUse:
         return shared.publisher
 
     async def _through_gate(self, shared: _Shared) -> _Shared:
-        """Wait at the connection's gate; the channel to publish on once through it."""
+        """Wait at the connection's gate; the channel to publish on once through it.
+
+        A channel closed before it could carry a probe (nothing of this publish was
+        written) is replaced and the gate entered again; one the probe's refusal closed
+        is replaced after it. Once through, every way out of here leaves the gate.
+        """
         lane = self._lane
-        try:
-            self._lead = await lane._enter_gate(shared.publisher)  # noqa: SLF001
-        except BaseException:
-            await lane._release(shared)  # noqa: SLF001
-            raise
+        while True:
+            try:
+                self._lead = await lane._enter_gate(shared.publisher)  # noqa: SLF001
+                break
+            except ChannelLostError:
+                await lane._release(shared)  # noqa: SLF001
+                if not lane._may_take_another(shared.publisher):  # noqa: SLF001
+                    raise
+            except BaseException:
+                await lane._release(shared)  # noqa: SLF001
+                raise
+            shared = await lane._current()  # noqa: SLF001
+            shared.users += 1
         if shared.publisher.is_open:
             return shared
-        # A refusal of the probe closed it (nothing else was on it then): take a new one.
-        await lane._release(shared)  # noqa: SLF001
+        # A refusal of the probe closed it (nothing of this publish was on it): a new one.
         try:
+            await lane._release(shared)  # noqa: SLF001
             shared = await lane._current()  # noqa: SLF001
         except BaseException:
-            lane._gate.leave(lead=self._lead)  # noqa: SLF001
+            lane._gate.leave(lead=self._lead, answered=False)  # noqa: SLF001
             raise
         shared.users += 1
         return shared
 
-    async def __aexit__(self, *_: object) -> None:
+    async def __aexit__(
+        self, _type: type[BaseException] | None, error: BaseException | None, _tb: object
+    ) -> None:
         shared = self._shared
         if shared is not None:
             self._shared = None
-            self._lane._gate.leave(lead=self._lead)  # noqa: SLF001
+            self._lane._gate.leave(lead=self._lead, answered=answered(error))  # noqa: SLF001
             await self._lane._release(shared)  # noqa: SLF001

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import math
+import weakref
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -30,37 +32,25 @@ JUST = QUIET_S / 2  # answered a moment ago
 
 
 @pytest.mark.parametrize(
-    ("blocked", "in_flight", "quiet_s", "proving", "probe_refused", "expected"),
+    ("blocked", "quiet_s", "proving", "probe_refused", "expected"),
     [
-        (False, 0, NEVER, False, False, Admit.PROBE),  # the first: the broker may be blocking
-        (False, 0, QUIET_S, False, False, Admit.PROBE),  # a quiet spell
-        (False, 0, NEVER, False, True, Admit.LEAD),  # quiet, probe refused: one copy alone
-        (False, 0, JUST, False, False, Admit.GO),  # between two bursts: still publishing
-        (False, 0, JUST, False, True, Admit.GO),
-        (False, 3, NEVER, False, False, Admit.GO),  # flowing: the broker is reading
-        (False, 3, QUIET_S, False, True, Admit.GO),
-        (False, 0, NEVER, True, False, Admit.WAIT),  # the probe is out
-        (False, 1, JUST, True, True, Admit.WAIT),  # the lead is out
-        (True, 0, NEVER, False, False, Admit.WAIT),  # blocked: nothing new
-        (True, 5, JUST, False, False, Admit.WAIT),
-        (True, 0, NEVER, True, False, Admit.WAIT),
+        (False, NEVER, False, False, Admit.PROBE),  # the first: the broker may be blocking
+        (False, QUIET_S, False, False, Admit.PROBE),  # a quiet spell, whatever is in flight
+        (False, NEVER, False, True, Admit.LEAD),  # quiet, probe refused: one copy alone
+        (False, JUST, False, False, Admit.GO),  # the broker answered a moment ago
+        (False, JUST, False, True, Admit.GO),
+        (False, NEVER, True, False, Admit.WAIT),  # the probe is out
+        (False, JUST, True, True, Admit.WAIT),  # the lead is out
+        (True, NEVER, False, False, Admit.WAIT),  # blocked: nothing new
+        (True, JUST, False, False, Admit.WAIT),
+        (True, NEVER, True, False, Admit.WAIT),
     ],
 )
 def test_admit(
-    *,
-    blocked: bool,
-    in_flight: int,
-    quiet_s: float,
-    proving: bool,
-    probe_refused: bool,
-    expected: Admit,
+    *, blocked: bool, quiet_s: float, proving: bool, probe_refused: bool, expected: Admit
 ) -> None:
     state = GateState(
-        blocked=blocked,
-        in_flight=in_flight,
-        quiet_s=quiet_s,
-        proving=proving,
-        probe_refused=probe_refused,
+        blocked=blocked, quiet_s=quiet_s, proving=proving, probe_refused=probe_refused
     )
     assert admit(state) is expected
 
@@ -94,6 +84,8 @@ class ProbeChannel:
         assert (body, exchange) == (PROBE_BODY, "")
         self.published.append(routing_key)
         answer = await self.answers.get()
+        if isinstance(answer, ChannelLostError):
+            self.is_open = False
         if isinstance(answer, Exception):
             raise answer
         return answer
@@ -105,6 +97,7 @@ class Connection:
 
     blocked_reason: str | None = None
     unblocked: asyncio.Event = field(default_factory=asyncio.Event)
+    is_open: bool = True
 
     async def wait_unblocked(self) -> None:
         """Return once unblocked."""
@@ -142,10 +135,10 @@ async def test_a_quiet_connection_probes_once_and_the_waiting_publishes_go_toget
     assert gate.in_flight == 3
     assert gate.try_enter(), "publishing on: the next one goes at once"
     for _ in range(4):
-        gate.leave(lead=False)
+        gate.leave(lead=False, answered=True)
     assert gate.in_flight == 0
     assert gate.try_enter(), "a moment after the last answer: still publishing"
-    gate.leave(lead=False)
+    gate.leave(lead=False, answered=True)
     quiet(gate)
     assert not gate.try_enter(), "quiet again: the next one probes"
     assert gate.probes == 1
@@ -213,7 +206,7 @@ async def test_a_blocked_connection_admits_nothing_until_unblocked() -> None:
     assert await entering is False
     stop.set()
     connection.blocked_reason = "low on disk"  # the fake's unblocked event stays set: no matter
-    gate.leave(lead=False)
+    gate.leave(lead=False, answered=True)
     with pytest.raises(ChannelLostError):
         await enter(gate, stop, channel)
 
@@ -225,13 +218,13 @@ async def test_a_probe_refused_403_makes_the_first_copy_after_quiet_lead_alone()
     await settled()
     channel.answers.put_nowait(ChannelClosedError(403, "ACCESS_REFUSED - write to amq.default"))
     assert await first is False  # the refusal is an answer: the broker read the probe
-    gate.leave(lead=False)
+    gate.leave(lead=False, answered=True)
     quiet(gate)
     assert await enter(gate, stop, channel) is True  # quiet again: this one leads
     follower = asyncio.create_task(enter(gate, stop, channel))
     await settled()
     assert not follower.done(), "a copy went beside the lead"
-    gate.leave(lead=True)
+    gate.leave(lead=True, answered=True)
     assert await follower is False
     assert gate.probes == 1, "a refused probe is not sent again"
 
@@ -242,7 +235,139 @@ async def test_a_probe_that_fails_unexpectedly_never_stalls_publishing() -> None
     first = asyncio.create_task(enter(gate, stop, channel))
     await settled()
     channel.answers.put_nowait(RuntimeError("a bug"))
-    assert await first is False
-    gate.leave(lead=False)
+    assert await first is True, "no answer from the broker: it goes alone, as a lead"
+    gate.leave(lead=True, answered=True)
     quiet(gate)
     assert await enter(gate, stop, channel) is True  # leads from then on
+
+
+async def test_the_registry_does_not_keep_a_connection_alive() -> None:
+    """Issue 13.4 review 1: every reconnect leaked its connection (Link, buffers, socket)."""
+    connection = Connection()
+    gone, key = weakref.ref(connection), id(connection)
+    gate_on(connection)
+    assert key in ConnectionGate._gates
+    del connection
+    gc.collect()
+    assert gone() is None, "the gate's registry keeps the connection alive"
+    assert key not in ConnectionGate._gates
+
+
+async def test_a_probe_whose_channel_the_sidecar_closed_proves_nothing() -> None:
+    """Review 2: another lane closed the prober's channel; the others must not go unproven."""
+    connection, stop = Connection(), asyncio.Event()
+    closing, other = ProbeChannel(), ProbeChannel()
+    gate = gate_on(connection)
+    on_closing = asyncio.create_task(enter(gate, stop, closing))
+    await settled()
+    on_other = asyncio.create_task(enter(gate, stop, other))
+    await settled()
+    assert closing.published == [PROBE_ROUTING_KEY]
+    closing.answers.put_nowait(ChannelLostError("channel closed by the sidecar"))
+    await settled()
+    assert not on_other.done(), "a copy went out with no answer from the broker"
+    with pytest.raises(ChannelLostError, match="closed at the publish gate"):
+        await on_closing  # its channel cannot carry the next probe: nothing written
+    assert other.published == [PROBE_ROUTING_KEY], "the one left probes on its own channel"
+    assert gate.in_flight == 0
+    other.answers.put_nowait(PublishOutcome.RETURNED)
+    assert await on_other is False
+    assert (gate.probes, gate.in_flight) == (2, 1)
+
+
+async def test_a_probe_on_a_channel_already_closed_is_not_sent() -> None:
+    connection, stop = Connection(), asyncio.Event()
+    gate = gate_on(connection)
+    with pytest.raises(ChannelLostError, match="closed at the publish gate"):
+        await enter(gate, stop, ProbeChannel(is_open=False))
+    assert (gate.probes, gate.in_flight) == (0, 0)
+    channel = ProbeChannel()
+    entering = asyncio.create_task(enter(gate, stop, channel))
+    await settled()
+    assert channel.published == [PROBE_ROUTING_KEY], "the gate is not left proving"
+    channel.answers.put_nowait(PublishOutcome.CONFIRMED)
+    assert await entering is False
+
+
+async def test_a_lead_never_answered_lets_no_one_go_unproven() -> None:
+    """Review 2, lead mode: a lead not written (unencodable, channel closed) proves nothing."""
+    connection, stop, channel = Connection(), asyncio.Event(), ProbeChannel()
+    gate = gate_on(connection)
+    gate._probe_refused = True  # the broker refused the probe once (403)
+    assert await enter(gate, stop, channel) is True
+    follower = asyncio.create_task(enter(gate, stop, channel))
+    await settled()
+    gate.leave(lead=True, answered=False)
+    assert await follower is True, "it must lead in turn, not go beside an unproven one"
+    assert gate.in_flight == 1
+    third = asyncio.create_task(enter(gate, stop, channel))
+    await settled()
+    assert not third.done()
+    gate.leave(lead=True, answered=True)
+    assert await third is False
+
+
+async def test_a_lead_on_a_connection_that_closed_lets_the_others_go_and_fail() -> None:
+    connection, stop, channel = Connection(), asyncio.Event(), ProbeChannel()
+    gate = gate_on(connection)
+    gate._probe_refused = True
+    assert await enter(gate, stop, channel) is True
+    follower = asyncio.create_task(enter(gate, stop, channel))
+    await settled()
+    connection.is_open = False
+    gate.leave(lead=True, answered=False)
+    assert await follower is False
+
+
+async def test_a_stuck_publish_does_not_switch_probing_off() -> None:
+    """Review 3: one publish unanswered for minutes; an alarm then would catch the next."""
+    connection, stop, channel = Connection(), asyncio.Event(), ProbeChannel()
+    gate = gate_on(connection)
+    first = asyncio.create_task(enter(gate, stop, channel))
+    await settled()
+    channel.answers.put_nowait(PublishOutcome.CONFIRMED)
+    assert await first is False  # in flight, its confirm never comes
+    quiet(gate)  # ... for a quiet spell
+    assert not gate.try_enter(), "went at once beside a publish stuck for a quiet spell"
+    second = asyncio.create_task(enter(gate, stop, channel))
+    await settled()
+    assert channel.published == [PROBE_ROUTING_KEY] * 2
+    assert not second.done()
+    channel.answers.put_nowait(PublishOutcome.RETURNED)
+    assert await second is False
+    assert gate.in_flight == 2
+
+
+async def test_a_publish_that_failed_unanswered_does_not_restart_the_quiet_spell() -> None:
+    connection, stop, channel = Connection(), asyncio.Event(), ProbeChannel()
+    gate = gate_on(connection)
+    gate._probe_refused = True
+    assert await enter(gate, stop, channel) is True
+    gate.leave(lead=True, answered=True)
+    assert gate.try_enter()
+    quiet(gate)
+    gate.leave(lead=False, answered=False)  # not written (a WireError): not the broker's
+    assert not gate.try_enter()
+
+
+async def test_a_publish_cancelled_after_the_grant_is_counted_out() -> None:
+    """Review 4: granted by the probe's answer, cancelled before it resumed: in_flight leaked."""
+    connection, stop, channel = Connection(), asyncio.Event(), ProbeChannel()
+    gate = gate_on(connection)
+    entering = [asyncio.create_task(enter(gate, stop, channel)) for _ in range(2)]
+    await settled()
+    channel.answers.put_nowait(PublishOutcome.CONFIRMED)
+    granted = asyncio.Event()
+    settle = gate._settle_proof
+
+    def settle_then_flag(*, proven: bool) -> None:
+        settle(proven=proven)
+        granted.set()
+
+    gate._settle_proof = settle_then_flag  # type: ignore[method-assign]
+    await granted.wait()  # the probe's answer granted them ...
+    entering[0].cancel()  # ... and one is cancelled before it resumes
+    with pytest.raises(asyncio.CancelledError):
+        await entering[0]
+    assert await entering[1] is False
+    assert gate.in_flight == 1

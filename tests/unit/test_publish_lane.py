@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import math
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import cast
 
-from sidecar.amqp import RelayConnection
+import pytest
+
+from sidecar.amqp import ChannelClosedError, ChannelLostError, RelayConnection
 from sidecar.delivery import PublishOutcome
+from sidecar.errors import WireError
+from sidecar.publish_gate import PROBE_ROUTING_KEY
 from sidecar.publish_lane import PublishLane
 from tests.unit.fake_publish import Answer, Publish, PublishRecorder
 
@@ -29,18 +36,38 @@ class Channel(PublishRecorder):
         self.is_open = False
 
 
+@dataclass(eq=False)
+class ClosingOnProbe(Channel):
+    """A channel whose probe ends it with ``error`` (a refusal, or the sidecar closing it)."""
+
+    error: ChannelLostError = field(default_factory=lambda: ChannelLostError("closed"))
+
+    async def publish(self, body: bytes, *, routing_key: str, **rest: object) -> PublishOutcome:
+        """The probe ends the channel; anything else is recorded and confirmed."""
+        if routing_key == PROBE_ROUTING_KEY:
+            self.probes += 1
+            self.is_open = False
+            raise self.error
+        return await super().publish(body, routing_key=routing_key, **rest)  # type: ignore[arg-type]
+
+
 @dataclass
 class Connection:
-    """Opens numbered fake channels."""
+    """Opens numbered fake channels; the first ``closing`` of them end at their probe."""
 
     opened: list[Channel] = field(default_factory=list)
     is_open: bool = True
     blocked_reason: str | None = None
+    closing: list[ChannelLostError] = field(default_factory=list)
 
     async def channel(self, *, prefetch: int) -> Channel:
         """A new fake channel."""
         del prefetch
-        self.opened.append(Channel(len(self.opened) + 1))
+        number = len(self.opened) + 1
+        if self.closing:
+            self.opened.append(ClosingOnProbe(number, error=self.closing.pop(0)))
+        else:
+            self.opened.append(Channel(number))
         return self.opened[-1]
 
 
@@ -116,3 +143,78 @@ async def test_close_closes_the_shared_channel_and_retired_ones_still_in_use() -
     gate.set()
     await task
     assert not lane.connection_open
+
+
+REFUSED = ChannelClosedError(403, "ACCESS_REFUSED - write access to exchange 'amq.default'")
+
+
+async def test_a_publish_alone_whose_probe_was_refused_goes_on_a_new_channel() -> None:
+    """Review 5: the 403 closed its channel; it was handed the closed one (a Hold, a retry)."""
+    connection = Connection(closing=[REFUSED])
+    lane = lane_on(connection)
+    async with lane.alone() as channel:
+        assert channel.is_open, "handed the channel the probe's refusal closed"
+        assert cast("Channel", channel) is connection.opened[1]
+    assert [c.is_open for c in connection.opened] == [False, False]
+    assert lane._gate.in_flight == 0
+
+
+async def test_a_shared_channel_closed_under_its_probe_is_replaced_and_probes_again() -> None:
+    """Its probe proved nothing (the sidecar closed the channel): a new channel probes."""
+    connection = Connection(closing=[ChannelLostError("channel closed by the sidecar")])
+    lane = lane_on(connection)
+    async with lane.shared() as channel:
+        assert cast("Channel", channel) is connection.opened[1]
+        assert channel.is_open
+    assert [c.probes for c in connection.opened] == [1, 1]
+    assert lane._gate.in_flight == 0
+
+
+async def test_a_lead_that_failed_unwritten_leaves_the_gate_for_the_next_to_lead() -> None:
+    connection = Connection()
+    lane = lane_on(connection)
+    gate = lane._gate
+    gate._probe_refused = True  # the connection leads instead of probing
+    answered_at = gate._answered_at
+    with pytest.raises(WireError):
+        async with lane.alone():
+            raise WireError("cannot encode it")
+    assert (gate.in_flight, gate._proving, gate._answered_at) == (0, False, answered_at)
+    with pytest.raises(WireError):
+        async with lane.shared():
+            raise WireError("cannot encode it")
+    assert (gate.in_flight, gate._proving, gate._answered_at) == (0, False, answered_at)
+
+
+async def test_a_publish_cancelled_while_it_takes_a_new_channel_leaves_the_gate() -> None:
+    """Review 4, in the lane: through the gate, then cancelled while reopening."""
+    connection = Connection(closing=[REFUSED])
+    lane = lane_on(connection)
+    opening = asyncio.Event()
+    plain = Connection.channel
+
+    async def hangs(self: Connection, *, prefetch: int) -> Channel:
+        if self.opened:
+            opening.set()
+            await asyncio.Event().wait()
+        return await plain(self, prefetch=prefetch)
+
+    connection.channel = hangs.__get__(connection)  # type: ignore[method-assign]
+
+    async def publish_on(use: Callable[[], AbstractAsyncContextManager[object]]) -> None:
+        async with use():
+            pass
+
+    for use in (lane.shared, lane.alone):
+        connection.opened.clear()
+        connection.closing[:] = [REFUSED]
+        lane._gate._probe_refused = False
+        lane._gate._answered_at = -math.inf
+        opening.clear()
+
+        task = asyncio.create_task(publish_on(use))
+        await opening.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert (lane._gate.in_flight, lane._gate._proving) == (0, False), use
