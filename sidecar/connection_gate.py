@@ -42,6 +42,11 @@ __all__ = ["ConnectionGate", "answered"]
 log = logging.getLogger("sidecar.relay")
 
 PROBE_SLOW_S = 30.0  # the probe's on_slow is not used: its answer is awaited however long
+# A probe unanswered this long while the broker has not blocked the connection lets the
+# publishes waiting go all the same: a broker that read it during an alarm says
+# connection.blocked at once, as it reads it; an answer held up by something else (a
+# channel the broker stopped confirming on) must not stall every route of the connection.
+PROBE_ANSWER_S = 2.0
 PROBE_PROPERTIES = {"app_id": "acemq-sidecar", "type": "acemq-sidecar.publish-gate"}
 
 
@@ -213,14 +218,35 @@ class ConnectionGate:
         self._probe = asyncio.create_task(self._send_probe(channel), name="publish-gate-probe")
 
     async def _send_probe(self, channel: Publisher) -> None:
-        """Publish the probe and wait for any answer; then the publishes waiting go.
+        """Publish the probe and wait for its answer; then the publishes waiting go.
 
-        No answer while the broker blocks: they wait on. The connection closing ends it
-        too (they go, and fail as any publish on a closed connection does). A probe the
-        broker did not answer (not written, or its channel closed by the sidecar) makes
-        them decide again.
+        No answer while the broker blocks: they wait on. No answer for ``PROBE_ANSWER_S``
+        while it does not block: they go (the probe's answer is then awaited by itself).
+        The connection closing ends it too (they go, and fail as any publish on a closed
+        connection does). A probe the broker did not answer (not written, or its channel
+        closed by the sidecar) makes them decide again.
         """
         proven = False
+        answer = asyncio.ensure_future(self._publish_probe(channel))
+        try:
+            await asyncio.wait((answer,), timeout=PROBE_ANSWER_S)
+            while not answer.done() and self._blocked():
+                await asyncio.wait((answer,), timeout=PROBE_ANSWER_S)
+            if answer.done():
+                proven = answer.result()
+            else:
+                proven = True  # not blocked, and no block came: the broker reads us
+                log.info(
+                    "the publish gate's probe has no answer after %.0fs, and the broker does"
+                    " not block the connection: publishing goes on",
+                    PROBE_ANSWER_S,
+                )
+        finally:
+            self._probe = None
+            self._settle_proof(proven=proven)
+
+    async def _publish_probe(self, channel: Publisher) -> bool:
+        """Publish the probe; True when the broker answered it (or the connection is gone)."""
         try:
             await channel.publish(
                 PROBE_BODY,
@@ -231,9 +257,7 @@ class ConnectionGate:
                 slow_after_s=PROBE_SLOW_S,
                 on_slow=_nothing,
             )
-            proven = True
         except ChannelClosedError as e:
-            proven = True  # the broker's answer: it read the probe
             if not probe_again(closed_with=e.code):
                 self._probe_refused = True
                 log.warning(
@@ -243,14 +267,14 @@ class ConnectionGate:
                     e.code,
                     e.text,
                 )
+            return True  # the broker's answer: it read the probe
         except ChannelLostError:
-            proven = self._connection_gone()  # else not written, or its channel closed by us
+            return self._connection_gone()  # else not written, or its channel closed by us
         except Exception:
             log.exception("the publish gate's probe failed; the connection leads instead")
             self._probe_refused = True  # never stall publishing on a bug here
-        finally:
-            self._probe = None
-            self._settle_proof(proven=proven)
+            return False
+        return True
 
 
 def _nothing() -> None:

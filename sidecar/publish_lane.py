@@ -207,9 +207,10 @@ class _SharedUse:
                 raise
             shared = await lane._current()  # noqa: SLF001
             shared.users += 1
-        if shared.publisher.is_open:
+        if shared.publisher.is_open and not shared.retired:
             return shared
-        # A refusal of the probe closed it (nothing of this publish was on it): a new one.
+        # A refusal of the probe closed it, or a nack retired it while this publish waited
+        # (nothing of this publish was on it): a new one.
         try:
             await lane._release(shared)  # noqa: SLF001
             shared = await lane._current()  # noqa: SLF001

@@ -11,6 +11,7 @@ from typing import cast
 
 import pytest
 
+from sidecar import connection_gate
 from sidecar.amqp import ChannelClosedError, ChannelLostError, Publisher, RelayConnection
 from sidecar.connection_gate import ConnectionGate
 from sidecar.delivery import PublishOutcome
@@ -118,7 +119,7 @@ async def enter(gate: ConnectionGate, stop: asyncio.Event, channel: ProbeChannel
 
 
 async def settled() -> None:
-    for _ in range(5):
+    for _ in range(20):
         await asyncio.sleep(0)
 
 
@@ -371,3 +372,35 @@ async def test_a_publish_cancelled_after_the_grant_is_counted_out() -> None:
         await entering[0]
     assert await entering[1] is False
     assert gate.in_flight == 1
+
+
+async def test_a_probe_unanswered_while_the_broker_does_not_block_stalls_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No answer (a channel that stopped confirming) and no block: they go after a bound."""
+    monkeypatch.setattr(connection_gate, "PROBE_ANSWER_S", 0.05)
+    connection, stop, channel = Connection(), asyncio.Event(), ProbeChannel()
+    gate = gate_on(connection)
+    entering = [asyncio.create_task(enter(gate, stop, channel)) for _ in range(2)]
+    async with asyncio.timeout(5):
+        assert await asyncio.gather(*entering) == [False, False]
+    assert channel.published == [PROBE_ROUTING_KEY]
+    assert gate.in_flight == 2
+
+
+async def test_a_probe_unanswered_while_the_broker_blocks_admits_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(connection_gate, "PROBE_ANSWER_S", 0.05)
+    connection, stop, channel = Connection(), asyncio.Event(), ProbeChannel()
+    gate = gate_on(connection)
+    entering = asyncio.create_task(enter(gate, stop, channel))
+    await settled()
+    connection.blocked_reason = "low on memory"
+    await asyncio.sleep(0.2)
+    assert not entering.done(), "a copy went while the broker blocks"
+    connection.blocked_reason = None
+    connection.unblocked.set()
+    channel.answers.put_nowait(PublishOutcome.CONFIRMED)
+    async with asyncio.timeout(5):
+        assert await entering is False

@@ -11,7 +11,7 @@ from typing import cast
 
 import pytest
 
-from sidecar.amqp import ChannelClosedError, ChannelLostError, RelayConnection
+from sidecar.amqp import ChannelClosedError, ChannelLostError, Publisher, RelayConnection
 from sidecar.delivery import PublishOutcome
 from sidecar.errors import WireError
 from sidecar.publish_gate import PROBE_ROUTING_KEY
@@ -218,3 +218,55 @@ async def test_a_publish_cancelled_while_it_takes_a_new_channel_leaves_the_gate(
         with pytest.raises(asyncio.CancelledError):
             await task
         assert (lane._gate.in_flight, lane._gate._proving) == (0, False), use
+
+
+async def test_a_publish_whose_channel_retired_while_it_waited_at_the_gate_takes_the_new_one() -> (
+    None
+):
+    """A nack retires the shared channel while a publish waits for the probe: not on the old one.
+
+    RabbitMQ 3.10 can go on nacking every publish on such a channel (docs/scaling.md).
+    """
+    answer = asyncio.Event()
+
+    @dataclass(eq=False)
+    class HeldProbe(Channel):
+        """Its probe is answered when the test says."""
+
+        async def publish(self, body: bytes, *, routing_key: str, **rest: object) -> PublishOutcome:
+            """Hold the probe; record and confirm the rest."""
+            if routing_key == PROBE_ROUTING_KEY:
+                await answer.wait()
+                self.probes += 1
+                return PublishOutcome.RETURNED
+            return await super().publish(body, routing_key=routing_key, **rest)  # type: ignore[arg-type]
+
+    @dataclass
+    class FirstHeld(Connection):
+        """The first channel holds its probe."""
+
+        async def channel(self, *, prefetch: int) -> Channel:
+            """A held-probe channel first, then plain ones."""
+            if self.opened:
+                return await super().channel(prefetch=prefetch)
+            self.opened.append(HeldProbe(1))
+            return self.opened[-1]
+
+    connection = FirstHeld()
+    lane = lane_on(connection)
+    got: list[object] = []
+
+    async def publishes() -> None:
+        async with lane.shared() as publisher:
+            got.append(publisher)
+
+    waiting = asyncio.create_task(publishes())
+    for _ in range(20):
+        await asyncio.sleep(0)
+    (shared,) = connection.opened
+    lane.retire(cast("Publisher", shared))  # another publish on it was nacked
+    answer.set()
+    async with asyncio.timeout(5):
+        await waiting
+    assert got == [connection.opened[1]], "the publish went on the retired channel"
+    assert not shared.is_open
