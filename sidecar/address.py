@@ -145,6 +145,18 @@ class BrokerAddress:
             **query,
         )
 
+    def mechanisms(self) -> tuple[str, ...]:
+        """Return our SASL mechanisms in the order the client tries them.
+
+        The URL's ``auth_mechanism`` values when it gives any, in its order; else PLAIN then
+        AMQPLAIN, with EXTERNAL first over amqps:// when the URL names no user.
+        """
+        if self.auth_mechanisms:
+            return self.auth_mechanisms
+        if self.tls and not self.login_given:
+            return ("EXTERNAL", "PLAIN", "AMQPLAIN")
+        return ("PLAIN", "AMQPLAIN")
+
     def user_for(self, mechanism: str | None) -> str | None:
         """Return the name the broker knows a login with ``mechanism`` by; None if unknown.
 

@@ -41,10 +41,12 @@ def show(value: object) -> str:  # noqa: PLR0911 - a case per YAML scalar kind
 
 
 def _login(address: BrokerAddress) -> str:
-    """Say who the sidecar logs in as: over amqps:// with no user, its client certificate."""
-    if address.tls and not address.login_given:
-        return f"login by client certificate (EXTERNAL) where offered, else {address.login}"
-    return f"login {address.login}"
+    """Say who the sidecar logs in as: its client certificate when EXTERNAL comes first."""
+    first, *others = address.mechanisms()
+    if first != "EXTERNAL" or address.user_for(first) is not None:
+        return f"login {address.login}"
+    text = "login by client certificate (EXTERNAL)"
+    return f"{text} where offered, else {address.login}" if others else text
 
 
 def describe(route_map: RouteMap) -> str:

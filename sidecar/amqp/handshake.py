@@ -144,17 +144,14 @@ def _offered(mechanisms: object) -> list[str]:
 def choose_mechanism(address: BrokerAddress, offered: list[str]) -> str:
     """Return the first mechanism of ours the broker offers; raise saying both lists if none.
 
-    Ours are the URL's ``auth_mechanism`` values when it gives any, in its order; else
-    PLAIN then AMQPLAIN, with EXTERNAL first over amqps:// when the URL names no user.
+    Ours are ``address.mechanisms()``, in their order.
     """
+    ours = address.mechanisms()
     if address.auth_mechanisms:
-        ours: tuple[str, ...] = address.auth_mechanisms
         why = "the URL's auth_mechanism asks for"
-    elif address.tls and not address.login_given:
-        ours = ("EXTERNAL", "PLAIN", "AMQPLAIN")
+    elif ours[0] == "EXTERNAL":
         why = "with no user in the URL over amqps:// the client logs in with"
     else:
-        ours = ("PLAIN", "AMQPLAIN")
         why = "the client logs in with"
     chosen = next((mechanism for mechanism in ours if mechanism in offered), None)
     if chosen is None:

@@ -744,6 +744,12 @@ def test_describe_says_an_amqps_url_with_no_user_logs_in_by_certificate() -> Non
     )
 
 
+def test_describe_follows_the_urls_own_auth_mechanism() -> None:
+    """The URL's auth_mechanism decides, as at the handshake: PLAIN is a login as guest."""
+    text = describe(_parse(FULL, {"AMQP_URL": "amqps://mq:5671/prod?auth_mechanism=plain"}))
+    assert "(login guest, prefetch 256" in text.splitlines()[0]
+
+
 def test_load_route_map_reads_the_file(tmp_path: Path) -> None:
     """load_route_map names the file it read in every error."""
     path = tmp_path / "routes.yaml"
