@@ -53,7 +53,7 @@ __all__ = [
     "stamp_replay",
 ]
 
-CONTRACT_VERSION = "1.1"
+CONTRACT_VERSION = "1.2"
 
 
 class Publishers(StrEnum):
@@ -439,14 +439,14 @@ _UNCHANGED = _Unchanged()
 
 
 def _widen(value: FieldValue, depth: int) -> FieldValue | _Unchanged:
-    """Widen B, u, i to s, I, l at any depth (section 7); _UNCHANGED when nothing was.
+    """Widen B, u, i to I, I, l at any depth (section 7); _UNCHANGED when nothing was.
 
     A container deeper than the codec admits is left as it is: it cannot be encoded anyway,
     and the encoder says why, so normalise still never raises on a table that holds itself.
     """
     match value:
         case UInt8():
-            return Int16(value)
+            return Int32(value)
         case UInt16():
             return Int32(value)
         case UInt32():

@@ -30,7 +30,7 @@ from sidecar.contract import (
     Verdict,
     normalise,
 )
-from sidecar.wire import FieldValue, Int16, Int32, Int64, UInt8, UInt16, UInt32, encode_table
+from sidecar.wire import FieldValue, Int32, Int64, UInt8, UInt16, UInt32, encode_table
 from tests.unit.strategies import field_names, field_values, same_typed
 
 NOW_MS = 1_790_000_000_000
@@ -178,7 +178,7 @@ def test_relay_output_is_a_fixed_point(
 
 
 # CONTRACT.md section 7: the unsigned tags some clients cannot decode, and their signed tags.
-WIDER = {UInt8: Int16, UInt16: Int32, UInt32: Int64}
+WIDER = {UInt8: Int32, UInt16: Int32, UInt32: Int64}
 
 
 def widened(value: object) -> object:

@@ -27,7 +27,6 @@ from sidecar.wire import (
     ByteArray,
     FieldValue,
     Float32,
-    Int16,
     Int32,
     Int64,
     Timestamp,
@@ -357,7 +356,7 @@ def test_widening_leaves_the_input_table_as_it_was(new_id: Callable[[], str]) ->
     assert isinstance(out, dict)
     assert type(out["n"]) is Int32
     assert isinstance(out["list"], list)
-    assert type(out["list"][0]) is Int16
+    assert type(out["list"][0]) is Int32
     assert type(inner["n"]) is UInt16
     assert type(inner["list"][0]) is UInt8
     assert pairs(verdict) == [("unportable", "app")]
