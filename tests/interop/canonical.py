@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Final
 
-from sidecar.wire import FieldValue, Int16, Int32, Int64, encode_table, tag_of
+from sidecar.wire import FieldValue, Int32, Int64, encode_table, tag_of
 
 CLIENTS: Final = ("java", "go", "ruby", "pamqp", "pika")
 
@@ -425,7 +425,7 @@ def typed(value: FieldValue) -> Any:
     return (tag, value)
 
 
-WIDENED: Final = {"B": Int16, "u": Int32, "i": Int64}
+WIDENED: Final = {"B": Int32, "u": Int32, "i": Int64}
 """CONTRACT.md section 7: the signed type each unsigned tag is widened to."""
 
 

@@ -15,16 +15,19 @@ A missing toolchain skips its client on a developer's machine and fails under CI
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from sidecar.wire import tag_of
 from tests.conftest import REPO
 from tests.interop.canonical import (
     CLIENTS,
     DEVIATION_KEYS,
     DEVIATIONS,
     UNDECODABLE,
+    WIDENED,
     Deviation,
     Model,
     UndecodableError,
@@ -113,6 +116,47 @@ def test_client_decodes_every_relayed_message(interop: Run, client: str) -> None
     assert failed == {}, f"{client} could not decode relayed messages: {failed}"
     bodies = {name: interop.line(client, name)["body"] for name in interop.reference}
     assert bodies == {name: name for name in interop.reference}, "a queue held another message"
+
+
+def _unsigned_leaves(value: Any, path: tuple[str | int, ...]) -> Iterator[tuple[Any, ...]]:
+    """(path, value) of every B, u, i in a sent value, at any depth."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _unsigned_leaves(item, (*path, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _unsigned_leaves(item, (*path, index))
+    elif tag_of(value) in WIDENED:
+        yield path, int(value)
+
+
+def _pair_at(headers: dict[str, Any], path: tuple[str | int, ...]) -> Any:
+    """The PAIR a client printed at a path of header names, table keys and array indexes."""
+    pair: Any = ["table", headers]
+    for step in path:
+        kind, value = pair
+        found = value.get(step) if kind == "table" else None
+        if kind == "array" and isinstance(step, int) and step < len(value):
+            found = value[step]
+        if found is None:
+            return None
+        pair = found
+    return pair
+
+
+def test_ruby_reads_every_element_the_sidecar_widened(interop: Run) -> None:
+    """A widened B, u or i is read by Ruby wherever it stands, last in an array included."""
+    interop.require("ruby")
+    lost: list[str] = []
+    for name in interop.reference:
+        line = interop.line("ruby", name)
+        assert line["ok"], f"{name}: not decoded: {line['error']}"
+        for header, value in BY_NAME[name].application_headers().items():
+            for path, number in _unsigned_leaves(value, (header,)):
+                pair = _pair_at(line["headers"], path)
+                if pair is None or meaning(pair) != ("int", number):
+                    lost.append(f"{name}: {path}: sent {number}, Ruby read {pair}")
+    assert lost == [], "\n".join(lost)
 
 
 @pytest.mark.parametrize("client", CLIENTS)
