@@ -154,7 +154,7 @@ def peak_rss_mib(pid: int) -> float:
 
 
 def route_map(topo: Topology, *, port: int, prefetch: int | None, budget: int | None = None) -> str:
-    """A route map in DESIGN.md's shape: defaults apart from the URL, quarantine and route."""
+    """A route map shaped as config/example.yaml: defaults but the URL, quarantine and route."""
     settings = [f"url: '{URL}'"]
     settings += [f"prefetch: {prefetch}"] if prefetch else []
     settings += [f"max_in_flight_bytes: {budget}"] if budget else []

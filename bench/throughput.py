@@ -10,7 +10,7 @@ empty:
 
   sidecar    ``acemq-sidecar run`` with a route map of default settings (prefetch too,
              unless --prefetch), as users run it
-  raw relay  the plain aiormq relay of ../shared/bench/baseline.py: consume, publish with
+  raw relay  a plain aiormq relay, the design brief's baseline: consume, publish with
              confirm, ack; one task per message; no contract
   shovel     the RabbitMQ shovel plugin, ack-mode on-confirm, prefetch 512
 
@@ -62,7 +62,7 @@ async def run_raw_relay(
     n: int,
     prefetch: int,
 ) -> float:
-    """Drain n messages through baseline.py's relay, in this process."""
+    """Drain n messages through the plain aiormq relay, in this process."""
     async with topology(channel, "raw") as topo:
         await fill(channel, topo.staging, n)
         relay = await connection.channel(publisher_confirms=True)

@@ -1,6 +1,6 @@
-"""The AceMQ envelope contract (CONTRACT.md section 1): one message in, one verdict out.
+"""The AceMQ envelope contract (docs/contract.md section 1): one message in, one verdict out.
 
-This module owns every rule of CONTRACT.md and nothing else. It is pure: no I/O, no clock
+This module owns every rule of docs/contract.md and nothing else. It is pure: no I/O, no clock
 (``now_ms`` is passed in), no randomness except the injected ``new_id``, and it never
 raises, whatever the header table holds. Values are the typed field values of
 ``sidecar.wire``; the adapter turns them into bytes.
@@ -57,14 +57,14 @@ CONTRACT_VERSION = "1.2"
 
 
 class Publishers(StrEnum):
-    """Who feeds a staging queue (CONTRACT.md section 4)."""
+    """Who feeds a staging queue (docs/contract.md section 4)."""
 
     ACEMQ = "acemq"
     APPS = "apps"
 
 
 class Kind(StrEnum):
-    """The closed set of violation kinds (CONTRACT.md section 6); values are metric labels."""
+    """The closed set of violation kinds (docs/contract.md section 6); values are metric labels."""
 
     DEFAULTED = "defaulted"
     NULL_VALUE = "null_value"
@@ -181,7 +181,7 @@ SHORT_STRING_MAX = 255
 
 INT32_MIN, INT32_MAX = INT_BOUNDS[Int32]
 INT64_MIN, INT64_MAX = INT_BOUNDS[Int64]
-# CONTRACT.md section 9: whitespace is ASCII space, TAB, CR, LF, VT, FF.
+# docs/contract.md section 9: whitespace is ASCII space, TAB, CR, LF, VT, FF.
 WHITESPACE = " \t\r\n\x0b\x0c"
 _BASE10 = re.compile(r"[+-]?[0-9]+")
 _RFC3339 = re.compile(
@@ -383,7 +383,7 @@ def _wire_bytes(text: str) -> bytes:
 
 
 def _reject_reason(names: list[str]) -> str:
-    # CONTRACT.md section 4's sentence with every offending name in it, sorted; kept word
+    # docs/contract.md section 4's sentence with every offending name in it, sorted; kept word
     # for word (not made plural) so that each of its phrases holds for any number of names.
     quoted = ", ".join(f'"{readable(name)}"' for name in sorted(names))
     return (
@@ -779,7 +779,7 @@ def normalise(
     now_ms: int,
     new_id: Callable[[], str],
 ) -> Verdict:
-    """Return the message as every AceMQ reader agrees to read it (CONTRACT.md section 1).
+    """Return the message as every AceMQ reader agrees to read it (docs/contract.md section 1).
 
     Pure: never raises, never reads a clock; normalising a ``Relay`` result again with the
     same ``now_ms`` changes nothing. ``properties`` use snake_case AMQP names with the

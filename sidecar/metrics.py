@@ -62,7 +62,7 @@ RELAY_SECONDS_BUCKETS = (
     10.0,
 )
 
-# The (kind, header) pairs the Helm chart's drift alert watches (CONTRACT.md sections 4, 5
+# The (kind, header) pairs the Helm chart's drift alert watches (docs/contract.md sections 4, 5
 # and 7); created at zero per route so that `increase(...) > 0` fires on the first violation
 # rather than on the second.
 DRIFT_VIOLATIONS: tuple[tuple[str, str], ...] = (
@@ -273,7 +273,7 @@ class _Violations:
         self._violations = PlainCounters(
             registry,
             f"{PREFIX}violations_total",
-            "Envelope rules that fired on consumed messages, by kind (CONTRACT.md section 6)"
+            "Envelope rules that fired on consumed messages, by kind (docs/contract.md section 6)"
             " and header (the contract name; x-acemq-* for any unknown reserved name, app for"
             " an application header). A rise means a publisher drifts from the contract.",
             ("route", "kind", "header"),

@@ -64,7 +64,7 @@ class RouteLog:
         """Log each ``(kind, header)`` of a verdict at most once per interval.
 
         The line carries what a metric label must not: the real names of stripped
-        reserved headers and a reject's reason (CONTRACT.md section 6).
+        reserved headers and a reject's reason (docs/contract.md section 6).
         """
         route = self._route
         origin = log_origin(verdict, delivery)

@@ -12,8 +12,8 @@ them. Two questions, each a total function over closed sets:
 What a refused or held delivery becomes next (``after_refusal``, ``after_hold``) is
 decided in ``sidecar.settlement_holds``.
 
-And the one shape of a quarantine copy (DESIGN.md): the original's body and properties,
-its headers as received plus the reason and the staging queue (of an original whose
+And the one shape of a quarantine copy (docs/architecture.md): the original's body and
+properties, its headers as received plus the reason and the staging queue (of an original whose
 content header was too large to read: its body, and the header's size in
 ``acemq-original-header-bytes``).
 """
@@ -287,7 +287,7 @@ def internal_error(error: Exception) -> Quarantine:
 def publishable_properties(
     properties: Mapping[str, PropertyValue], headers: dict[str, FieldValue], *, login: str | None
 ) -> dict[str, PropertyValue]:
-    """Return properties the broker will accept from our login (CONTRACT.md section 2).
+    """Return properties the broker will accept from our login (docs/contract.md section 2).
 
     An original republished as it was (audit mode, quarantine) loses a foreign user_id
     to ``acemq-original-user-id`` just as a normalised copy does.
@@ -300,7 +300,7 @@ def publishable_properties(
 def quarantine_copy(
     delivery: Delivery, *, reason: str, queue: str, login: str | None
 ) -> tuple[dict[str, PropertyValue], dict[str, FieldValue]]:
-    """Return the properties and headers of a delivery's quarantine copy (DESIGN.md).
+    """Return the properties and headers of a delivery's quarantine copy.
 
     The headers are as received plus the reason and the staging queue; an envelope error
     already there moves to ``acemq-original-error``; a table the codec could not read

@@ -1,7 +1,7 @@
 """The route map's part of the chart's values.schema.json, derived from sidecar.routes.
 
-``route_map_json_schema()`` is the one schema of the route map (STYLE.md); the chart embeds
-a copy under ``properties.routeMap`` so that ``helm install`` refuses a bad route map.
+``route_map_json_schema()`` is the one schema of the route map (docs/architecture.md); the
+chart embeds a copy under ``properties.routeMap`` so that ``helm install`` refuses a bad route map.
 ``test_schema.py`` fails when the copy and the source drift apart; to refresh the copy:
 
     .venv/bin/python -m tests.deploy.chart_schema

@@ -40,7 +40,7 @@ ALERTS = {
 # ServiceMonitor's (the Service's name) and the PodMonitor's (namespace/name).
 JOBS = f"acemq-relay-metrics|{NAMESPACE}/acemq-relay"
 MATCHERS = f'namespace="{NAMESPACE}", job=~"{JOBS}"'
-# The kinds that mean a publisher drifts from CONTRACT.md. `unportable` (section 7: an
+# The kinds that mean a publisher drifts from docs/contract.md. `unportable` (section 7: an
 # unsigned integer tag some client cannot decode) is drift too; sidecar.metrics creates its
 # series at zero once the sidecar counts it.
 DRIFT_KINDS = {str(kind) for kind, _ in DRIFT_VIOLATIONS} | {"unportable"}

@@ -144,7 +144,7 @@ OUTCOMES = {
     ("invoices", "quarantined"): 2,
     ("invoices", "audited"): 0,
 }
-# Violations derived by hand from CONTRACT.md for a few (route, kind, header) triples.
+# Violations derived by hand from docs/contract.md for a few (route, kind, header) triples.
 HAND_DERIVED = {
     ("orders", "legacy_name", "x-acemq-replayed-from"): 1,
     ("orders", "legacy_name", "x-acemq-replayed-at"): 1,

@@ -316,7 +316,7 @@ async def replay_topology(broker: Broker) -> tuple[str, str, dict[str, str]]:
 
 
 def expected_headers(original: Original, *, quarantine_queue: str) -> dict[str, Any]:
-    """The original, its legacy stamps gone, stamped once more (CONTRACT.md section 2)."""
+    """The original, its legacy stamps gone, stamped once more (docs/contract.md section 2)."""
     headers = {k: v for k, v in original.headers.items() if not k.startswith("x-acemq-replay")}
     headers["acemq-replayed-from"] = quarantine_queue
     headers["acemq-replay-count"] = Int32(original.replay_count + 1)

@@ -280,7 +280,7 @@ async def test_every_header_type_survives_the_broker(
 ) -> None:
     """Application headers of every AMQP type come out with the same value and the same type.
 
-    All but the unsigned integers, which CONTRACT.md section 7 widens to signed tags.
+    All but the unsigned integers, which docs/contract.md section 7 widens to signed tags.
     """
     topo = await make_topology(broker)
     async with run_sidecar(one_route(broker, topo)):
@@ -356,7 +356,7 @@ async def test_foreign_user_id_is_moved(
 async def test_an_id_too_long_for_message_id_is_relayed_in_its_header(
     broker: Broker, run_sidecar: Callable[..., Any]
 ) -> None:
-    """CONTRACT.md section 2: a 300-byte id travels in x-acemq-id; message_id stays as it came."""
+    """Contract section 2: a 300-byte id travels in x-acemq-id; message_id stays as it came."""
     topo = await make_topology(broker)
     long_id = "x" * 300
     async with run_sidecar(one_route(broker, topo)):

@@ -79,7 +79,7 @@ UNDECODABLE: Final[Mapping[str, frozenset[str]]] = {
 }
 """Unsigned tags a client has no decoder for: it fails on the whole message.
 
-The tags here are the three section 7 of CONTRACT.md widens; ``L`` is left out because no
+The tags here are the three section 7 of docs/contract.md widens; ``L`` is left out because no
 AceMQ library writes it. ``KINDS`` has no entry for a tag listed here.
 """
 
@@ -426,7 +426,7 @@ def typed(value: FieldValue) -> Any:
 
 
 WIDENED: Final = {"B": Int32, "u": Int32, "i": Int64}
-"""CONTRACT.md section 7: the signed type each unsigned tag is widened to."""
+"""docs/contract.md section 7: the signed type each unsigned tag is widened to."""
 
 
 def widen(value: FieldValue) -> FieldValue:

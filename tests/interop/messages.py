@@ -5,7 +5,7 @@ the project's codec installed), so every value goes out with exactly the wire ta
 names (sidecar.wire): ``UInt16(40000)`` is a ``u``, ``Float32(1.5)`` an ``f``, plain
 ``bytes`` a long string that is not UTF-8, ``ByteArray`` an ``x``.
 
-The drift rows follow the table of CONTRACT.md section 8 (one message per row, named after
+The drift rows follow the table of docs/contract.md section 8 (one message per row, named after
 the library that writes the shape); the rest cover application headers: every scalar type,
 nested tables and arrays, RabbitMQ's ``x-death``, and the unsigned tags of section 7 at the
 top level and inside tables and arrays. A message marked ``raw`` is also put straight into
@@ -61,7 +61,7 @@ CONTRACT_HEADERS: Final = frozenset(
         "acemq-reply-to",
     }
 )
-"""CONTRACT.md section 2: the headers the sidecar writes."""
+"""docs/contract.md section 2: the headers the sidecar writes."""
 
 
 def is_application_header(name: str) -> bool:

@@ -258,7 +258,7 @@ def test_raw_message_fails_only_where_the_client_lacks_a_tag(interop: Run, clien
 
 
 def test_each_client_lacks_the_tags_the_contract_says() -> None:
-    """UNDECODABLE agrees with CONTRACT.md section 7, save the installed Java client's `u`."""
+    """UNDECODABLE agrees with docs/contract.md section 7, save the installed Java client's `u`."""
     contract = {"java": set("Bi"), "go": set("ui"), "ruby": set("Bui")}
     installed_java_extra = {"java": {"u"}}  # 5.0.0 has no 'u' either (its ValueReader)
     for client, tags in contract.items():

@@ -177,7 +177,7 @@ def test_relay_output_is_a_fixed_point(
     ), second.violations
 
 
-# CONTRACT.md section 7: the unsigned tags some clients cannot decode, and their signed tags.
+# docs/contract.md section 7: the unsigned tags some clients cannot decode, and their signed tags.
 WIDER = {UInt8: Int32, UInt16: Int32, UInt32: Int64}
 
 

@@ -1,4 +1,4 @@
-"""stamp_replay: how a message sent again by hand is stamped (CONTRACT.md sections 2, 5)."""
+"""stamp_replay: how a message sent again by hand is stamped (docs/contract.md sections 2, 5)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Table-driven cases for the contract's fine print, beyond the shared vectors.
 
-Each case pins a reading of CONTRACT.md that the vectors leave open or only touch once.
+Each case pins a reading of docs/contract.md that the vectors leave open or only touch once.
 """
 
 from __future__ import annotations
@@ -204,7 +204,7 @@ def test_reject_reason_lists_every_name_sorted(new_id: Callable[[], str]) -> Non
 def test_reject_reason_for_several_names_keeps_every_phrase_of_the_contract(
     new_id: Callable[[], str],
 ) -> None:
-    """CONTRACT.md section 4's sentence, with the sorted list where its one name stands."""
+    """docs/contract.md section 4's sentence, with the sorted list where its one name stands."""
     verdict = run(new_id, {"x-acemq-b": "1", "x-acemq-a": "2"}, publishers=Publishers.APPS)
     assert isinstance(verdict, Reject)
     assert verdict.reason == (

@@ -1,8 +1,9 @@
 """Conformance: every vector of tests/contract/vectors.json, and idempotence on each.
 
-tests/contract/vectors.json is the project's copy of ../shared/contract/vectors.json, so a
-clone with no ../shared beside it runs every vector; where ../shared exists, the copy must
-be byte-identical to it.
+tests/contract/vectors.json is the project's copy of the shared conformance vectors, so a
+clone with nothing beside it runs every vector; where the shared originals exist
+(../shared, or ACEMQ_SHARED), it, its format and docs/contract.md must be byte-identical
+to them.
 """
 
 from __future__ import annotations
@@ -21,7 +22,13 @@ from sidecar.vectors import message_from_json, run_vector, to_json
 REPO = Path(__file__).resolve().parents[2]
 VECTORS = REPO / "tests" / "contract" / "vectors.json"
 SHARED = Path(os.environ.get("ACEMQ_SHARED", REPO.parent / "shared"))
-SHARED_VECTORS = SHARED / "contract" / "vectors.json"
+
+COPIES = {
+    "tests/contract/vectors.json": "contract/vectors.json",
+    "tests/contract/FORMAT.md": "contract/README.md",
+    "docs/contract.md": "CONTRACT.md",
+}
+"""The repository's copy of each shared file -> the original's path under ../shared."""
 
 
 def _load() -> list[dict[str, Any]]:
@@ -32,16 +39,19 @@ def _load() -> list[dict[str, Any]]:
     return vectors
 
 
-def test_vector_copy_matches_the_shared_vectors() -> None:
-    """The repository's copy is byte-identical to ../shared/contract/vectors.json.
+@pytest.mark.parametrize(("copy", "original"), COPIES.items())
+def test_copy_matches_the_shared_original(copy: str, original: str) -> None:
+    """The repository's copy of the contract, its vectors and their format is byte-identical.
 
     Runs only where ../shared (or ACEMQ_SHARED) exists: a user's clone has only the copy.
-    To take a new shared set: cp ../shared/contract/vectors.json tests/contract/vectors.json
+    To take a new shared file: cp ../shared/ORIGINAL COPY
     """
-    if not SHARED_VECTORS.is_file():
-        pytest.skip(f"{SHARED_VECTORS} does not exist here; the repository's copy is used")
-    assert VECTORS.read_bytes() == SHARED_VECTORS.read_bytes(), (
-        f"{VECTORS} differs from {SHARED_VECTORS}: copy the shared file over the repository's"
+    mine, theirs = REPO / copy, SHARED / original
+    if not theirs.is_file():
+        pytest.skip(f"{theirs} does not exist here; the repository's copy is used")
+    assert mine.is_file(), f"{mine} is missing: copy {theirs} to it"
+    assert mine.read_bytes() == theirs.read_bytes(), (
+        f"{mine} differs from {theirs}: copy the shared file over the repository's"
     )
 
 
@@ -75,7 +85,7 @@ def test_vector(vector: dict[str, Any], new_id: Callable[[], str]) -> None:
 
 
 def test_vector_output_is_a_fixed_point(vector: dict[str, Any], new_id: Callable[[], str]) -> None:
-    """Normalising a relayed message again changes nothing (CONTRACT.md section 1)."""
+    """Normalising a relayed message again changes nothing (docs/contract.md section 1)."""
     routing_key, properties, headers, policy, now_ms = message_from_json(vector)
     first = normalise(routing_key, properties, headers, policy=policy, now_ms=now_ms, new_id=new_id)
     if not isinstance(first, Relay):
@@ -92,5 +102,5 @@ def test_vector_output_is_a_fixed_point(vector: dict[str, Any], new_id: Callable
 
 
 def test_reading(reading: dict[str, Any], new_id: Callable[[], str]) -> None:
-    """normalise follows this project's recorded readings of CONTRACT.md's fine print."""
+    """normalise follows this project's recorded readings of docs/contract.md's fine print."""
     assert run_vector(reading, new_id=new_id) is None

@@ -285,7 +285,7 @@ def test_unknown_route_is_created_on_first_use(
 def test_only_the_documented_metric_names_exist(
     metrics: Metrics, registry: CollectorRegistry
 ) -> None:
-    """The scrape exposes exactly DESIGN.md's metrics, all under the acemq_sidecar_ prefix."""
+    """The scrape exposes exactly docs/metrics.md's metrics, all under the acemq_sidecar_ prefix."""
     metrics.add_route("orders")
     names = {m.name for m in registry.collect()}
     assert names == {

@@ -96,7 +96,7 @@ def test_the_envelope_error_a_reason_displaced_goes_back() -> None:
     ],
 )
 def test_a_replay_counts_one_more_than_it_carried(stamps: dict[str, Any], count: int) -> None:
-    """Legacy spellings are read and removed; the current one wins (CONTRACT.md section 5)."""
+    """Legacy spellings are read and removed; the current one wins (docs/contract.md section 5)."""
     plan = plan_replay(copy_of(stamps), quarantine="q", to=None, now_ms=NOW_MS)
     assert isinstance(plan, Replay)
     assert plan.headers["acemq-replay-count"] == Int32(count)
