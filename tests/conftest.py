@@ -13,6 +13,27 @@ from tests.support import Broker, broker_url, open_broker
 
 REPO = Path(__file__).resolve().parents[1]
 
+SUITES = (
+    "unit",
+    "contract",
+    "integration",
+    "e2e",
+    "faults",
+    "cluster",
+    "soak",
+    "deploy",
+    "interop",
+)
+"""The folders under tests/, each a marker of the same name (pyproject.toml lists them)."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test with its suite, so that `-m "not cluster"` picks suites by name."""
+    for item in items:
+        suite = item.path.relative_to(REPO / "tests").parts[0]
+        if suite in SUITES:
+            item.add_marker(getattr(pytest.mark, suite))
+
 
 @pytest.fixture
 def new_id() -> Callable[[], str]:
