@@ -74,7 +74,7 @@ def test_sidecar_joins_the_application_pod(app_chart: Path) -> None:
 def test_no_standalone_deployment_when_included(app_chart: Path) -> None:
     """The dependency adds its route map and metrics Service, not a second Deployment."""
     kinds = sorted(m.kind for m in _render_app(app_chart))
-    assert kinds == ["ConfigMap", "Deployment", "Service"]
+    assert kinds == ["ConfigMap", "Deployment", "Pod", "Service"]  # Pod: the helm test hook
 
 
 def test_pod_mounts_the_config_map_the_dependency_renders(app_chart: Path) -> None:
@@ -200,7 +200,6 @@ def test_monitoring_the_sidecar_shape_scrapes_the_application_pods(
     values = _defaults(
         app_chart,
         sidecar={"native": shape == "native"},
-        serviceMonitor={"enabled": True},
         podMonitor={"enabled": True},
         prometheusRule={"enabled": True},
     )
