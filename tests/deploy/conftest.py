@@ -78,9 +78,9 @@ def render_templates(
             "is_install": True,
             "kube_version": f"v{kube_version.removeprefix('v')}",
         }
-        text = helm_python._native.call_string(  # noqa: SLF001 - see above
+        text = helm_python._native.call_string(
             "helm_render",
-            loaded._raw(),  # noqa: SLF001
+            loaded._raw(),
             None if values is None else json.dumps(values),
             json.dumps(options),
         )
