@@ -11,8 +11,10 @@
 #     -e ACEMQ_HTTP_LISTEN=0.0.0.0:9090 --read-only acemq-sidecar:0.1.0
 
 # One pinned Python for both stages: the virtual environment's interpreter is a link to
-# the base image's, so the stages must match exactly.
-ARG PYTHON_IMAGE=python:3.11.13-slim-bookworm
+# the base image's, so the stages must match exactly. The tag says which Python; the
+# digest (the tag's multi-platform index) is what is pulled, so a rebuilt tag changes
+# nothing until this line does (docs/kubernetes.md, "The image", says how to renew it).
+ARG PYTHON_IMAGE=python:3.11.13-slim-bookworm@sha256:86adf8dbadc3d6e82ee5dd2c74bec2e1c2467cdad47886280501df722372d2e1
 
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 \
@@ -20,35 +22,37 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_ROOT_USER_ACTION=ignore
 WORKDIR /src
 # Everything the image installs is pinned with hashes in requirements/ (regenerate with
-# the commands in docs/kubernetes.md, "The image"): the build backend for this stage, the
-# dependencies for the runtime environment.
+# the commands in docs/kubernetes.md, "The image"): the build backend and the compiler
+# for this stage, the dependencies for the runtime environment.
 COPY requirements/image-build.txt requirements/image.txt requirements/image-compile.txt ./requirements/
-RUN pip install --no-cache-dir --require-hashes -r requirements/image-build.txt
-# .dockerignore lets in only what the wheel is built from.
-COPY pyproject.toml README.md ./
-COPY sidecar ./sidecar
-# The wheel is built with the pinned backend (no isolated, unpinned download). The
-# environment is made without pip; this stage's pip installs into it, the locked
-# dependencies first, hash-checked, then the wheel alone. Every dependency ships binary
-# wheels for CPython 3.11 on amd64 and arm64, so no compiler is needed; pip compiles the
-# .pyc files here, at build time.
-RUN pip wheel --no-cache-dir --no-deps --no-build-isolation --wheel-dir /wheels . \
- && python -m venv --without-pip /opt/acemq-sidecar \
- && pip --python /opt/acemq-sidecar/bin/python install --no-cache-dir --require-hashes \
-      -r requirements/image.txt \
- && pip --python /opt/acemq-sidecar/bin/python install --no-cache-dir --no-deps \
-      /wheels/acemq_sidecar-*.whl \
- && /opt/acemq-sidecar/bin/acemq-sidecar --help >/dev/null
-# The compiled build: the pure hot modules (contract, wire, frames) compiled with mypyc in
-# the environment, next to their sources, which Python then no longer imports (README,
-# "Performance"). The compiler, mypy and setuptools stay in this stage; Debian's gcc is
-# the base image's release's, not pinned further (its old versions leave the mirror).
-COPY scripts/compile ./scripts/compile
+# The tools of this stage, before any source: a code change reuses these layers. gcc is
+# the base image's Debian release's, not pinned further (its old versions leave the
+# mirror); mypy (mypyc) and setuptools come from requirements/image-compile.txt, the
+# build backend from requirements/image-build.txt. None of it reaches the final image.
 # hadolint ignore=DL3008
 RUN apt-get update \
  && apt-get install -y --no-install-recommends gcc libc6-dev \
  && rm -rf /var/lib/apt/lists/* \
- && pip install --no-cache-dir --require-hashes -r requirements/image-compile.txt \
+ && pip install --no-cache-dir --require-hashes -r requirements/image-build.txt \
+ && pip install --no-cache-dir --require-hashes -r requirements/image-compile.txt
+# The environment is made without pip; this stage's pip installs the locked dependencies
+# into it, hash-checked. Every dependency ships binary wheels for CPython 3.11 on amd64
+# and arm64; pip compiles the .pyc files here, at build time.
+RUN python -m venv --without-pip /opt/acemq-sidecar \
+ && pip --python /opt/acemq-sidecar/bin/python install --no-cache-dir --require-hashes \
+      -r requirements/image.txt
+# .dockerignore lets in only what the wheel is built from, and the compile step.
+COPY pyproject.toml README.md ./
+COPY sidecar ./sidecar
+COPY scripts/compile ./scripts/compile
+# The wheel is built with the pinned backend (no isolated, unpinned download) and
+# installed alone, so it cannot pull in anything the lock does not name. Then the
+# compiled build: the pure hot modules (contract, wire, frames) compiled with mypyc in the
+# environment, next to their sources, which Python then no longer imports (README,
+# "Performance").
+RUN pip wheel --no-cache-dir --no-deps --no-build-isolation --wheel-dir /wheels . \
+ && pip --python /opt/acemq-sidecar/bin/python install --no-cache-dir --no-deps \
+      /wheels/acemq_sidecar-*.whl \
  && PYTHON=python scripts/compile --in /opt/acemq-sidecar/lib/python3.11/site-packages \
  && /opt/acemq-sidecar/bin/acemq-sidecar --help >/dev/null
 

@@ -14,14 +14,15 @@ wrong and what is allowed``):
 
 It is pure: no environment reads (the caller passes ``env``), no logging, no clock, no
 network. ``load_route_map`` reads the one file it is given; the files the map names
-(``broker.url_file``, the TLS files) are read only through the functions the caller
-passes in.
+(``broker.url_file``, ``username_file`` and ``password_file``, the TLS files) are read
+only through the functions the caller passes in.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import quote
 
 from pydantic import ValidationError
 
@@ -79,6 +80,10 @@ def parse_route_map(
         if "urls" not in broker:
             # The default URL is itself a reference, so AMQP_URL works without a broker block.
             broker.setdefault("url", interpolate(DEFAULT_BROKER_URL, env=env))
+        if any(broker.get(key) is not None for key in _LOGIN_FILES):
+            _login_from_files(broker, reader, read_file)
+        for key in _LOGIN_FILES:
+            broker.pop(key, None)
     try:
         file = RouteMapFile.model_validate(data)
     except ValidationError as e:
@@ -171,6 +176,91 @@ def _url_from_file(
     reader.value_lines[("broker", "urls")] = line
     for index in range(len(urls)):
         reader.value_lines[("broker", "urls", index)] = line
+
+
+_LOGIN_FILES = ("username_file", "password_file")
+
+
+def _login_from_files(
+    broker: dict[str, object], reader: TreeReader, read_file: Callable[[str], str] | None
+) -> None:
+    """Put the login of ``username_file`` and ``password_file`` into every broker URL.
+
+    The files are a mounted Secret's keys (the RabbitMQ operators' ``username`` and
+    ``password``); one line break at the end of either is not part of it. Both are
+    percent-encoded into the URLs, which must name no user of their own. Problems are
+    reported on the key's line; neither file's content is ever shown.
+    """
+    login: dict[str, str] = {}
+    for key in _LOGIN_FILES:
+        other = _LOGIN_FILES[1 - _LOGIN_FILES.index(key)]
+        where: KeyPath = ("broker", key)
+        line = reader.value_lines.get(where) or reader.value_lines[("broker", other)]
+        login[key] = quote(_read_login_file(key, broker.get(key), reader, read_file, line), safe="")
+    userinfo = f"{login['username_file']}:{login['password_file']}@"
+    fallback = reader.value_lines[("broker", "username_file")]
+    urls = broker.get("urls")
+    if isinstance(urls, list):
+        for index, url in enumerate(urls):
+            urls[index] = _with_login(url, userinfo, reader, ("broker", "urls", index), fallback)
+    elif "url" in broker:
+        broker["url"] = _with_login(broker["url"], userinfo, reader, ("broker", "url"), fallback)
+
+
+def _read_login_file(
+    key: str,
+    path: object,
+    reader: TreeReader,
+    read_file: Callable[[str], str] | None,
+    line: int,
+) -> str:
+    where: KeyPath = ("broker", key)
+    what = key.removesuffix("_file")
+    if path is None:
+        raise reader.error(
+            "set broker.username_file and broker.password_file together", path=where, line=line
+        )
+    if not isinstance(path, str) or not path:
+        raise reader.error(
+            f"expected the path of a file holding the broker {what}, got {show(path)}",
+            path=where,
+            line=line,
+        )
+    if read_file is None:
+        raise reader.error(
+            f"only a route map read from a file can use {key}", path=where, line=line
+        )
+    try:
+        text = read_file(path)
+    except (OSError, UnicodeDecodeError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise reader.error(
+            f"cannot read {path}: {reason}; mount the secret there", path=where, line=line
+        ) from None
+    value = text.removesuffix("\n").removesuffix("\r")
+    if not value:
+        raise reader.error(
+            f"{path} is empty; it must hold the broker {what}", path=where, line=line
+        )
+    return value
+
+
+def _with_login(
+    url: object, userinfo: str, reader: TreeReader, path: KeyPath, fallback: int
+) -> object:
+    """Return ``url`` with ``userinfo`` after its scheme; anything but a URL as it came."""
+    if not isinstance(url, str) or "://" not in url:
+        return url  # the schema refuses it, with its own message
+    scheme, _, rest = url.partition("://")
+    authority = rest.split("/", 1)[0].split("?", 1)[0]
+    if "@" in authority:
+        raise reader.error(
+            "the URL names a user, and broker.username_file and broker.password_file name"
+            " one too: write the URL without it (amqp://host:port/vhost)",
+            path=path,
+            line=reader.value_lines.get(path, fallback),
+        )
+    return f"{scheme}://{userinfo}{rest}"
 
 
 def _check_across(file: RouteMapFile, reader: TreeReader) -> None:

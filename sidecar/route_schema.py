@@ -179,6 +179,9 @@ class _BrokerFile(_Strict):
     url: _BrokerUrl | None = None
     urls: Annotated[tuple[_BrokerUrl, ...], AfterValidator(_at_least_one_url)] | None = None
     url_file: _OptionalPath = None  # read into url (or urls) by parse_route_map
+    # Read into every URL's user info by parse_route_map (the URLs then name no user).
+    username_file: _OptionalPath = None
+    password_file: _OptionalPath = None
     tls: _TlsFile = _TlsFile()
     prefetch: _Prefetch = 512
     heartbeat_s: Annotated[int, Field(ge=0, le=3600), BeforeValidator(_refuse_bool)] = 30

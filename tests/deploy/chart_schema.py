@@ -25,7 +25,10 @@ _POINTER = "#/properties/routeMap/$defs/"
 # "The route map" is the full text. Keyed by the model ("" for the top level) and the key.
 DESCRIPTIONS: dict[str, dict[str, str]] = {
     "": {
-        "broker": "Connection settings; the chart sets url (from broker.urlSecret) and tls.",
+        "broker": (
+            "Connection settings; the chart sets url (from broker.urlSecret or"
+            " broker.credentialsSecret) and tls."
+        ),
         "http": "The listener of /metrics, /healthz and /readyz.",
         "metrics": "How /metrics bounds its labels.",
         "mode": "enforce (repair or quarantine) or audit (count, relay unchanged).",
@@ -98,8 +101,9 @@ def _rewrite(node: Any) -> Any:
 def chart_route_map_schema(source: dict[str, Any]) -> dict[str, Any]:
     """Return the schema of ``routeMap`` in the chart's values, from the route map's schema.
 
-    The chart owns broker.url (always ``${AMQP_URL}``, from a Secret; so no urls or
-    url_file either: behind one Service, one URL) and broker.tls (the mounted files), so
+    The chart owns broker.url (``${AMQP_URL}`` from a Secret, or built from the keys of
+    broker.credentialsSecret with username_file and password_file; so no urls or url_file
+    either: behind one Service, one URL) and broker.tls (the mounted files), so
     values may not set them; and a route map needs a route.
     """
     schema = copy.deepcopy(source)
@@ -107,6 +111,8 @@ def chart_route_map_schema(source: dict[str, Any]) -> dict[str, Any]:
     del broker["properties"]["url"]
     del broker["properties"]["urls"]
     del broker["properties"]["url_file"]
+    del broker["properties"]["username_file"]  # from broker.credentialsSecret
+    del broker["properties"]["password_file"]
     del broker["properties"]["tls"]
     del schema["$defs"]["_TlsFile"]
     schema["properties"]["routes"]["minItems"] = 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,16 +55,51 @@ def read_values(path: Path) -> dict[str, Any]:
     return copy.deepcopy(values)
 
 
+def render_templates(
+    values: dict[str, Any] | None,
+    *,
+    chart: Path = CHART,
+    release: str = RELEASE,
+    namespace: str = NAMESPACE,
+    kube_version: str | None = None,
+) -> dict[str, str]:
+    """Render a chart as `helm install` would: each template's text, by its path.
+
+    ``kube_version`` is the cluster's (``.Capabilities.KubeVersion``; Helm's own default
+    otherwise), passed to the library's render call, which takes it although the Python
+    wrapper does not name it.
+    """
+    with helm_python.Chart.load(chart) as loaded:
+        if kube_version is None:
+            return loaded.render(values=values, name=release, namespace=namespace, is_install=True)
+        options = {
+            "name": release,
+            "namespace": namespace,
+            "is_install": True,
+            "kube_version": f"v{kube_version.removeprefix('v')}",
+        }
+        text = helm_python._native.call_string(
+            "helm_render",
+            loaded._raw(),
+            None if values is None else json.dumps(values),
+            json.dumps(options),
+        )
+    rendered: dict[str, str] = json.loads(text)
+    return rendered
+
+
 def render(
     values: dict[str, Any] | None,
     *,
     chart: Path = CHART,
     release: str = RELEASE,
     namespace: str = NAMESPACE,
+    kube_version: str | None = None,
 ) -> list[Manifest]:
     """Render a chart as `helm install` would; return every object, NOTES.txt excluded."""
-    with helm_python.Chart.load(chart) as loaded:
-        rendered = loaded.render(values=values, name=release, namespace=namespace, is_install=True)
+    rendered = render_templates(
+        values, chart=chart, release=release, namespace=namespace, kube_version=kube_version
+    )
     manifests: list[Manifest] = []
     for template, text in sorted(rendered.items()):
         if template.endswith("NOTES.txt"):

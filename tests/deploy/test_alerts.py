@@ -297,10 +297,10 @@ def _annotations(rule: dict[str, Any], labels: dict[str, str]) -> dict[str, str]
     return {key: _LABEL_REF.sub(label, value) for key, value in annotations.items()}
 
 
-def _unit_tests(rules: dict[str, Any]) -> dict[str, Any]:
+def _unit_tests(rules: dict[str, Any], scenarios: list[Scenario] | None = None) -> dict[str, Any]:
     by_alert = _rules_by_alert(rules)
     tests = []
-    for scenario in SCENARIOS:
+    for scenario in SCENARIOS if scenarios is None else scenarios:
         checks = []
         for expect in scenario.expect:
             rule = by_alert[expect.alert]
@@ -355,3 +355,38 @@ def test_every_alert_has_a_firing_and_a_quiet_case(rules: dict[str, Any]) -> Non
     alerts = set(_rules_by_alert(rules))
     assert alerts == fired, f"never seen firing: {alerts - fired}; unknown: {fired - alerts}"
     assert alerts == quiet, f"never seen quiet: {alerts - quiet}"
+
+
+# Where no pod need run (KEDA at zero, replicas 0, a Job between runs) TargetAbsent must
+# not fire on no target at all, only on targets that exist and are all down.
+SCALED_TO_ZERO = [
+    Scenario(
+        "absent, scaled to zero: no target at all is quiet",
+        {_series("up", job=OTHER_JOB): "1x20"},
+        [Expect(10, "AcemqSidecarTargetAbsent")],
+    ),
+    Scenario(
+        "absent, scaled to zero: targets that are all down fire",
+        {_series("up", pod=pod): "1x3 0x20" for pod in PODS[:2]},
+        [
+            Expect(3, "AcemqSidecarTargetAbsent"),
+            Expect(12, "AcemqSidecarTargetAbsent", [{"severity": "warning"}]),
+        ],
+    ),
+    Scenario(
+        "absent, scaled to zero: one target up is quiet",
+        {_series("up", pod=PODS[0]): "0x20", _series("up", pod=PODS[1]): "1x20"},
+        [Expect(15, "AcemqSidecarTargetAbsent")],
+    ),
+]
+
+
+def test_target_absent_is_quiet_when_no_pod_need_run(tmp_path: Path) -> None:
+    values = read_values(FULL_VALUES) | {"keda": {"enabled": True, "minReplicaCount": 0}}
+    spec = only(render(values), "PrometheusRule").body["spec"]
+    rules = {"groups": spec["groups"]}
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rules, sort_keys=False), encoding="utf-8")
+    tests = _unit_tests(rules, SCALED_TO_ZERO)
+    (tmp_path / "tests.yaml").write_text(yaml.safe_dump(tests, sort_keys=False), encoding="utf-8")
+    result = _run("test", "rules", "tests.yaml", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -66,10 +66,14 @@ def test_every_manifest_validates_strictly(values_file: Path, kube_version: str)
 
 
 def test_minimal_values_render_the_standalone_objects(minimal_manifests: list[Manifest]) -> None:
-    """Defaults: a Deployment, its account, disruption budget, route map and metrics Service."""
+    """Defaults: a Deployment, its account, disruption budget, route map and metrics Service.
+
+    And the `helm test` Pod (a hook: `helm install` does not create it).
+    """
     assert sorted(m.kind for m in minimal_manifests) == [
         "ConfigMap",
         "Deployment",
+        "Pod",
         "PodDisruptionBudget",
         "Service",
         "ServiceAccount",
@@ -82,6 +86,7 @@ def test_full_values_render_every_object(full_manifests: list[Manifest]) -> None
         "ConfigMap",
         "ConfigMap",
         "Deployment",
+        "Pod",
         "PodDisruptionBudget",
         "PrometheusRule",
         "Service",
@@ -91,11 +96,16 @@ def test_full_values_render_every_object(full_manifests: list[Manifest]) -> None
 
 
 def test_chart_defaults_alone_are_refused() -> None:
-    """Without a route and the broker Secret the install fails, naming both values."""
+    """Without a route the install fails at the schema; without a broker Secret, at render."""
     with pytest.raises(helm_python.HelmValuesError) as caught:
         render(None)
     assert "/routeMap/routes" in str(caught.value)
-    assert "/broker/urlSecret/name" in str(caught.value)
+    values = read_values(MINIMAL_VALUES)
+    del values["broker"]
+    with pytest.raises(helm_python.HelmRenderError) as refused:
+        render(values)
+    assert "broker: name the existing Secret: broker.urlSecret.name" in str(refused.value)
+    assert "broker.credentialsSecret.name" in str(refused.value)
 
 
 @VALUES_FILES

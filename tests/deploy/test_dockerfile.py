@@ -12,6 +12,7 @@ import sys
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 from packaging.requirements import Requirement
@@ -94,13 +95,16 @@ def _exec_form(args: str) -> list[str]:
 
 
 def test_base_image_is_a_pinned_slim_python_311() -> None:
-    """Every stage on the same python:3.11.N-slim-<debian> (the venv links to its interpreter)."""
+    """Every stage on the same python:3.11.N-slim-<debian>@sha256:... (the venv links to it).
+
+    The tag names the Python; the digest is what a build pulls, whatever the tag became.
+    """
     _, stages = _stages()
     assert len(stages) >= 2, "expected a multi-stage build"
     bases = {stage.base for stage in stages}
     assert len(bases) == 1, bases
     (base,) = bases
-    assert re.fullmatch(r"python:3\.11\.\d+-slim-(bookworm|trixie)(@sha256:[0-9a-f]{64})?", base)
+    assert re.fullmatch(r"python:3\.11\.\d+-slim-(bookworm|trixie)@sha256:[0-9a-f]{64}", base)
 
 
 def test_final_stage_runs_as_a_numeric_non_root_user() -> None:
@@ -123,6 +127,21 @@ def test_final_stage_has_no_build_tools() -> None:
     for command in final.all("RUN"):
         assert not re.search(r"\b(pip|apt-get|apt|gcc|make|uv)\b.*\binstall\b", command), command
     assert any("--from=" in copy for copy in final.all("COPY"))
+
+
+def test_build_tools_are_installed_before_the_source_is_copied() -> None:
+    """The compiler and build backend layers come before COPY sidecar: a code change reuses them."""
+    build = _stages()[1][0]
+    order = [(kw, args) for kw, args in build.instructions if kw in ("RUN", "COPY")]
+    source = next(i for i, (kw, args) in enumerate(order) if kw == "COPY" and "sidecar" in args)
+    tools = [
+        i
+        for i, (kw, args) in enumerate(order)
+        if kw == "RUN"
+        and ("gcc" in args or "image-compile.txt" in args or "image-build.txt" in args)
+    ]
+    assert tools, "no RUN installs the build tools"
+    assert max(tools) < source, order
 
 
 def test_runtime_writes_no_bytecode_and_builds_keep_no_pip_cache() -> None:
@@ -266,47 +285,166 @@ def test_build_compiles_the_hot_modules_with_a_locked_mypyc() -> None:
     assert runs.index("/wheels/acemq_sidecar-") < runs.index("scripts/compile --in")
 
 
-def test_the_compile_step_builds_an_installed_copy_that_passes_the_vectors(
-    tmp_path: Path,
-) -> None:
-    """What the image's build stage runs, on a copy laid out as the wheel installs it.
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BuildStage:
+    """The build stage replayed: its Python (with pip) and the image's environment."""
 
-    The compiled modules are the ones imported, and the contract's vectors pass through them.
+    stage_python: Path
+    env: Path
+    site_packages: Path
+
+    @property
+    def env_python(self) -> Path:
+        """The interpreter of the image's environment."""
+        return self.env / "bin" / "python"
+
+
+def _run(*args: str | Path, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    """Run a build command; fail with its output when it fails."""
+    done = subprocess.run(
+        [str(arg) for arg in args],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+        **kwargs,
+    )
+    assert done.returncode == 0, f"{args}: {done.stdout}{done.stderr}"
+    return done
+
+
+@pytest.fixture(scope="module")
+def build_stage(tmp_path_factory: pytest.TempPathFactory) -> BuildStage:
+    """The Dockerfile's build stage, step by step, on this machine's Python 3.11.
+
+    The stage's own Python gets the build and compile locks; the wheel is built from the
+    files the Dockerfile copies, with the pinned backend and no isolation; the image's
+    environment is made without pip and gets every pin of requirements/image.txt, then the
+    wheel alone. What remains is the compile step, on the environment's real site-packages.
     """
     if shutil.which("cc") is None and shutil.which("gcc") is None:
         pytest.skip("no C compiler here: the compiled build cannot be made")
+    assert sys.version_info[:2] == (3, 11), "the image's Python is 3.11"
+    root = tmp_path_factory.mktemp("build-stage")
+    stage = root / "stage"
+    _run(sys.executable, "-m", "venv", stage)
+    stage_python = stage / "bin" / "python"
+    pip = (stage_python, "-m", "pip", "install", "--quiet", "--require-hashes")
+    _run(*pip, "-r", REPO / "requirements/image-build.txt")
+    _run(*pip, "-r", REPO / "requirements/image-compile.txt")
+    source = root / "src"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, source / name)
     shutil.copytree(
-        REPO / "sidecar", tmp_path / "sidecar", ignore=shutil.ignore_patterns("__pycache__", "*.so")
+        REPO / "sidecar", source / "sidecar", ignore=shutil.ignore_patterns("__pycache__", "*.so")
     )
-    compiled = subprocess.run(
-        [str(REPO / "scripts" / "compile"), "--in", str(tmp_path)],
-        env={**os.environ, "PYTHON": sys.executable},
+    wheels = root / "wheels"
+    _run(
+        stage_python,
+        "-m",
+        "pip",
+        "wheel",
+        "--quiet",
+        "--no-deps",
+        "--no-build-isolation",
+        "--wheel-dir",
+        wheels,
+        source,
+    )
+    env = root / "opt" / "acemq-sidecar"
+    _run(stage_python, "-m", "venv", "--without-pip", env)
+    into_env = (stage_python, "-m", "pip", "--python", env / "bin" / "python", "install")
+    _run(*into_env, "--quiet", "--require-hashes", "-r", REPO / "requirements/image.txt")
+    [wheel] = wheels.glob("acemq_sidecar-*.whl")
+    _run(*into_env, "--quiet", "--no-deps", wheel)
+    site_packages = env / "lib" / "python3.11" / "site-packages"
+    assert (site_packages / "sidecar" / "contract.py").is_file()
+    return BuildStage(stage_python=stage_python, env=env, site_packages=site_packages)
+
+
+def _compile(stage: BuildStage, *, python: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(REPO / "scripts" / "compile"), "--in", str(stage.site_packages)],
+        env={**os.environ, "PYTHON": str(python)},
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=900,
         check=False,
     )
-    assert compiled.returncode == 0, compiled.stdout + compiled.stderr
-    assert "compiled: sidecar.contract, sidecar.wire, sidecar.frames" in compiled.stdout
-    assert not (tmp_path / ".mypy_cache").exists()
-    assert not (tmp_path / "build").exists()
+
+
+def _passes_the_vectors_compiled(stage: BuildStage) -> None:
+    """The environment's own interpreter imports the compiled modules and conforms."""
     check = (
-        "import sys, runpy; sys.path.insert(0, sys.argv.pop(1));"
-        "import sidecar.contract as c, sidecar.wire as w;"
-        "assert c.__file__.endswith('.so') and w.__file__.endswith('.so'), c.__file__;"
+        "import sys, runpy; import sidecar.contract as c, sidecar.wire as w, sidecar.frames as f;"
+        "assert all(m.__file__.endswith('.so') for m in (c, w, f)), (c.__file__, w.__file__);"
+        "assert c.__file__.startswith(sys.argv[2]), c.__file__;"
         "sys.argv = ['acemq-sidecar', 'conform', sys.argv[1]];"
         "runpy.run_module('sidecar', run_name='__main__')"
     )
     vectors = REPO / "tests" / "contract" / "vectors.json"
     conform = subprocess.run(
-        [sys.executable, "-c", check, str(tmp_path), str(vectors)],
-        cwd=tmp_path,
+        [str(stage.env_python), "-c", check, str(vectors), str(stage.site_packages)],
+        cwd=stage.env,
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
     )
     assert conform.returncode == 0, conform.stdout + conform.stderr
+    _run(stage.env / "bin" / "acemq-sidecar", "--help")
+
+
+def test_the_compile_step_builds_the_images_environment_and_it_passes_the_vectors(
+    build_stage: BuildStage,
+) -> None:
+    """The Dockerfile's compile step on the environment's site-packages, as the image has it.
+
+    That folder holds every runtime dependency (typing_extensions.py among them), not only
+    the sidecar package; the compiled modules are the ones the image imports, and the
+    contract's vectors pass through them.
+    """
+    assert (build_stage.site_packages / "typing_extensions.py").is_file()
+    compiled = _compile(build_stage, python=build_stage.stage_python)
+    assert compiled.returncode == 0, compiled.stdout + compiled.stderr
+    assert "compiled: sidecar.contract, sidecar.wire, sidecar.frames" in compiled.stdout
+    for leftover in (".mypy_cache", "build", "build.log"):
+        assert not (build_stage.site_packages / leftover).exists(), leftover
+    _passes_the_vectors_compiled(build_stage)
+
+
+def test_the_compile_step_keeps_a_compiler_installed_in_the_same_folder(
+    build_stage: BuildStage,
+) -> None:
+    """Compiling again, with mypy installed in the environment itself, leaves mypy working.
+
+    mypy ships its own compiled modules (<hash>__mypyc.*.so) at the top of its
+    site-packages; the compile step's clean removes only this build's.
+    """
+    _run(
+        build_stage.stage_python,
+        "-m",
+        "pip",
+        "--python",
+        build_stage.env_python,
+        "install",
+        "--quiet",
+        "--require-hashes",
+        "-r",
+        REPO / "requirements/image-compile.txt",
+    )
+    theirs = sorted(
+        path.name
+        for path in build_stage.site_packages.glob("*__mypyc*.so")
+        if not path.name.startswith("acemq_sidecar__mypyc")
+    )
+    assert theirs, "mypy installs a compiled *__mypyc*.so of its own"
+    compiled = _compile(build_stage, python=build_stage.env_python)
+    assert compiled.returncode == 0, compiled.stdout + compiled.stderr
+    assert all((build_stage.site_packages / name).is_file() for name in theirs), theirs
+    _run(build_stage.env_python, "-m", "mypy", "--version")
+    _passes_the_vectors_compiled(build_stage)
 
 
 def test_runtime_stage_has_no_pip_or_setuptools() -> None:

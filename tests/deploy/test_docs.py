@@ -27,6 +27,7 @@ from tests.deploy.conftest import (
     Manifest,
     render,
 )
+from tests.deploy.crd_schema import validate_custom
 
 DOC = REPO / "docs" / "kubernetes.md"
 _BLOCK = re.compile(r"^```yaml\n# (\S+\.yaml)\b[^\n]*\n(.*?)^```", re.DOTALL | re.MULTILINE)
@@ -55,6 +56,9 @@ def _validate(manifests: list[Manifest]) -> None:
     for manifest in manifests:
         if manifest.kind in {"ServiceMonitor", "PodMonitor", "PrometheusRule"}:
             continue  # no schema in kubernetes-validate; test_monitoring checks them
+        if manifest.kind in {"ScaledObject", "TriggerAuthentication"}:
+            validate_custom(manifest.body, f"keda.sh_{manifest.kind.lower()}s.yaml")
+            continue
         for version in (NATIVE_SIDECAR_KUBE, LATEST_KUBE):
             try:
                 kubernetes_validate.validate(manifest.body, version, strict=True)
@@ -66,7 +70,7 @@ def _validate(manifests: list[Manifest]) -> None:
 def test_the_doc_has_the_examples_it_promises() -> None:
     """The standalone values, the app chart in both shapes, and a Job."""
     examples = _examples()
-    assert "values-orders.yaml" in examples
+    assert {"values-orders.yaml", "values-keda.yaml", "values-operator.yaml"} <= set(examples)
     apps = _apps()
     assert {"Chart.yaml", "values.yaml", "values-native.yaml"} <= set(apps["shop"])
     assert "templates/job.yaml" in apps["nightly"]

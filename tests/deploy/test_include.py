@@ -74,7 +74,7 @@ def test_sidecar_joins_the_application_pod(app_chart: Path) -> None:
 def test_no_standalone_deployment_when_included(app_chart: Path) -> None:
     """The dependency adds its route map and metrics Service, not a second Deployment."""
     kinds = sorted(m.kind for m in _render_app(app_chart))
-    assert kinds == ["ConfigMap", "Deployment", "Service"]
+    assert kinds == ["ConfigMap", "Deployment", "Pod", "Service"]  # Pod: the helm test hook
 
 
 def test_pod_mounts_the_config_map_the_dependency_renders(app_chart: Path) -> None:
@@ -200,7 +200,6 @@ def test_monitoring_the_sidecar_shape_scrapes_the_application_pods(
     values = _defaults(
         app_chart,
         sidecar={"native": shape == "native"},
-        serviceMonitor={"enabled": True},
         podMonitor={"enabled": True},
         prometheusRule={"enabled": True},
     )
@@ -270,3 +269,35 @@ def test_native_shape_is_refused_by_kubernetes_before_1_29(app_chart: Path) -> N
     deployment = only(_render_app(app_chart, values), "Deployment").body
     with pytest.raises(kubernetes_validate.ValidationError, match="restartPolicy"):
         kubernetes_validate.validate(deployment, OLDEST_KUBE, strict=True)
+
+
+def test_native_grace_covers_the_application_then_the_sidecar(app_chart: Path) -> None:
+    """The kubelet stops a native sidecar only after the app exited, from one budget.
+
+    So the pod's grace is the app's time plus the sidecar's drain (shutdown_grace_s 20 + 10
+    + 5); the classic shape, where all get SIGTERM at once, takes the larger of the two.
+    """
+    drain = 20 + 10 + 5
+    for native, app_grace, expected in (
+        (True, 30, 30 + drain),
+        (False, 30, drain),
+        (False, 60, 60),
+    ):
+        values = _defaults(
+            app_chart, sidecar={"native": native, "appTerminationGracePeriodSeconds": app_grace}
+        )
+        pod = _shop(_render_app(app_chart, values))["spec"]["template"]["spec"]
+        assert pod["terminationGracePeriodSeconds"] == expected, (native, app_grace)
+    values = _defaults(app_chart, sidecar={"native": True}, terminationGracePeriodSeconds=drain)
+    with pytest.raises(helm_python.HelmRenderError, match=f"at least {30 + drain}"):
+        _render_app(app_chart, values)
+
+
+def test_native_shape_on_1_28_is_refused_with_the_charts_message(app_chart: Path) -> None:
+    """Not the API server's 'unknown field restartPolicy': the render says what to do."""
+    values = _defaults(app_chart, sidecar={"native": True})
+    with pytest.raises(helm_python.HelmRenderError, match=r"needs Kubernetes 1\.29 or newer"):
+        render(values, chart=app_chart, kube_version="1.28.9")
+    assert render(values, chart=app_chart, kube_version=NATIVE_SIDECAR_KUBE)
+    classic = _defaults(app_chart, sidecar={"native": False})
+    assert render(classic, chart=app_chart, kube_version="1.28.9")

@@ -28,16 +28,23 @@ DNS1123_SUBDOMAIN = re.compile(
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")  # at most 63
 
 
-def _everything_on(values: dict[str, Any]) -> dict[str, Any]:
+def _everything_on(values: dict[str, Any], *, monitor: str = "serviceMonitor") -> dict[str, Any]:
+    """Every object on: one of the two monitors (both is refused), KEDA, the NetworkPolicy."""
     values = read_values(FULL_VALUES) | values
     values.pop("fullnameOverride", None)
-    values["podMonitor"] = {"enabled": True}
+    values["serviceMonitor"] = values["serviceMonitor"] | {"enabled": monitor == "serviceMonitor"}
+    values["podMonitor"] = {"enabled": monitor == "podMonitor"}
+    values["keda"] = {"enabled": True}
+    values["networkPolicy"] = {"enabled": True}
     return values
 
 
 CASES = [
     pytest.param(LONGEST_RELEASE, read_values(MINIMAL_VALUES), id="minimal-longest-release"),
     pytest.param(LONGEST_RELEASE, _everything_on({}), id="full-longest-release"),
+    pytest.param(
+        LONGEST_RELEASE, _everything_on({}, monitor="podMonitor"), id="full-podMonitor-longest"
+    ),
     pytest.param(
         "acemq", _everything_on({"fullnameOverride": LONGEST_NAME}), id="full-fullnameOverride"
     ),

@@ -40,7 +40,8 @@ SCHEMA_VIOLATIONS = [
     ("negative grace", {"routeMap": {"shutdown_grace_s": -1}}, "/routeMap/shutdown_grace_s"),
     ("URL in the ConfigMap", {"routeMap": {"broker": {"url": "amqp://u:p@h/"}}}, "/broker"),
     ("TLS paths by hand", {"routeMap": {"broker": {"tls": {"ca_file": "/x"}}}}, "/broker"),
-    ("no Secret name", {"broker": {"urlSecret": {"name": ""}}}, "/broker/urlSecret/name"),
+    ("Secret name", {"broker": {"urlSecret": {"name": "Broker_URL"}}}, "/broker/urlSecret/name"),
+    ("credentials scheme", {"broker": {"credentialsSecret": {"scheme": "http"}}}, "/scheme"),
     ("TLS Secret name", {"tls": {"enabled": True, "secretName": "Client_TLS"}}, "/tls/secretName"),
     ("readiness as text", {"readinessProbe": {"enabled": "auto"}}, "/readinessProbe/enabled"),
     (
@@ -107,6 +108,31 @@ TEMPLATE_REFUSALS = [
         "certKey and keyKey",
     ),
     ("grace too short", {"terminationGracePeriodSeconds": 39}, "at least 45"),
+    (
+        "both monitors",
+        {"serviceMonitor": {"enabled": True}, "podMonitor": {"enabled": True}},
+        "every alert would fire twice",
+    ),
+    (
+        "two broker Secrets",
+        {"broker": {"credentialsSecret": {"name": "rabbit-default-user"}}},
+        "not both",
+    ),
+    (
+        "two autoscalers",
+        {"autoscaling": {"enabled": True}, "keda": {"enabled": True}},
+        "enable one",
+    ),
+    (
+        "keda without the Deployment",
+        {"keda": {"enabled": True}, "deployment": {"enabled": False}},
+        "scale your own workload",
+    ),
+    (
+        "HPA without a target",
+        {"autoscaling": {"enabled": True, "targetCPUUtilizationPercentage": None}},
+        "set targetCPUUtilizationPercentage",
+    ),
 ]
 
 

@@ -294,7 +294,8 @@ ERRORS = [
         _yaml("broker:", "  prefech: 10", *ROUTE),
         {},
         'routes.yaml:2: broker.prefech: unknown key; did you mean "prefetch"? allowed keys are:'
-        " url, urls, url_file, tls, prefetch, heartbeat_s, connect_timeout_s",
+        " url, urls, url_file, username_file, password_file, tls, prefetch, heartbeat_s,"
+        " connect_timeout_s",
         id="unknown-broker-key",
     ),
     pytest.param(

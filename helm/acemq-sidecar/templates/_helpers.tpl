@@ -32,16 +32,37 @@ rendered.
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
-{{/* Labels of every object this chart renders (root context only), commonLabels last. */}}
-{{- define "acemq-sidecar.labels" -}}
-helm.sh/chart: {{ include "acemq-sidecar.chart" . }}
-{{ include "acemq-sidecar.selectorLabels" . }}
-app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
-app.kubernetes.io/managed-by: {{ .Release.Service }}
-app.kubernetes.io/part-of: acemq
-{{- with .Values.commonLabels }}
-{{ toYaml . }}
+{{/*
+Labels of every object this chart renders (root context only): the chart's, then
+commonLabels, then the object's own, each key once (a key given twice would be written
+twice, which yaml.v3 and kustomize refuse). The selector labels (and "fixed", a dict of
+the object's own selector labels) cannot be given another value: the selectors would
+stop matching. Call with (dict "root" . "own" $labels "ownName" "podLabels" "fixed" $d).
+*/}}
+{{- define "acemq-sidecar.labelMap" -}}
+{{- $root := .root }}
+{{- $fixed := include "acemq-sidecar.selectorLabels" $root | fromYaml }}
+{{- range $key, $value := (.fixed | default dict) }}
+{{- $_ := set $fixed $key $value }}
 {{- end }}
+{{- $labels := dict "helm.sh/chart" (include "acemq-sidecar.chart" $root) "app.kubernetes.io/version" ($root.Chart.AppVersion | toString) "app.kubernetes.io/managed-by" $root.Release.Service "app.kubernetes.io/part-of" "acemq" }}
+{{- $sources := list (list "commonLabels" ($root.Values.commonLabels | default dict)) (list (.ownName | default "labels") (.own | default dict)) }}
+{{- range $source := $sources }}
+{{- range $key, $value := index $source 1 }}
+{{- if and (hasKey $fixed $key) (ne (toString $value) (toString (get $fixed $key))) }}
+{{- fail (printf "%s: %q is a label the chart's selectors use (%q); leave it out, or give it that value" (index $source 0) $key (get $fixed $key)) }}
+{{- end }}
+{{- $_ := set $labels $key (toString $value) }}
+{{- end }}
+{{- end }}
+{{- range $key, $value := $fixed }}
+{{- $_ := set $labels $key $value }}
+{{- end }}
+{{- toYaml $labels }}
+{{- end }}
+
+{{- define "acemq-sidecar.labels" -}}
+{{- include "acemq-sidecar.labelMap" (dict "root" .) }}
 {{- end }}
 
 {{/*
@@ -140,7 +161,9 @@ a literal address: it is the port of the probes, the Service and the ServiceMoni
 
 {{/*
 The route map as the sidecar reads it: routeMap from the values, with broker.url set to
-the environment variable AMQP_URL (from the Secret) and broker.tls to the mounted files.
+the environment variable AMQP_URL (from broker.urlSecret), or built from the variables
+ACEMQ_BROKER_HOST and ACEMQ_BROKER_PORT with the login files of broker.credentialsSecret,
+and broker.tls set to the mounted files.
 */}}
 {{- define "acemq-sidecar.routeMap" -}}
 {{- $routeMap := deepCopy .Values.routeMap }}
@@ -148,7 +171,15 @@ the environment variable AMQP_URL (from the Secret) and broker.tls to the mounte
 {{- fail "routeMap.routes: set at least one route (name, from, to); see values.yaml" }}
 {{- end }}
 {{- $broker := default dict $routeMap.broker }}
+{{- $credentials := .Values.broker.credentialsSecret }}
+{{- if eq (include "acemq-sidecar.brokerSecret" .) "credentials" }}
+{{- $vhost := $credentials.vhost | urlquery | replace "+" "%20" }}
+{{- $_ := set $broker "url" (printf "%s://${ACEMQ_BROKER_HOST}:${ACEMQ_BROKER_PORT}/%s" $credentials.scheme $vhost) }}
+{{- $_ := set $broker "username_file" (printf "%s/username" (include "acemq-sidecar.brokerDir" .)) }}
+{{- $_ := set $broker "password_file" (printf "%s/password" (include "acemq-sidecar.brokerDir" .)) }}
+{{- else }}
 {{- $_ := set $broker "url" "${AMQP_URL}" }}
+{{- end }}
 {{- if .Values.tls.enabled }}
 {{- $tls := dict "ca_file" nil "cert_file" nil "key_file" nil }}
 {{- $dir := include "acemq-sidecar.tlsDir" . }}
@@ -203,7 +234,7 @@ The Secret holding the client certificate, or "" for none. certKey and keyKey go
 {{- end }}
 
 {{/*
-The sidecar's shutdown: shutdown_grace_s to settle in-flight messages, then up to
+The sidecar's drain: shutdown_grace_s to settle in-flight messages, then up to
 SHUTDOWN_SLACK_S (10 s, sidecar/service.py) to cancel consumers and close, plus a margin.
 */}}
 {{- define "acemq-sidecar.minTerminationGracePeriodSeconds" -}}
@@ -214,14 +245,111 @@ SHUTDOWN_SLACK_S (10 s, sidecar/service.py) to cancel consumers and close, plus 
 {{- add (ceil $grace | int) 10 5 }}
 {{- end }}
 
-{{- define "acemq-sidecar.terminationGracePeriodSeconds" -}}
-{{- $minimum := include "acemq-sidecar.minTerminationGracePeriodSeconds" . | int }}
-{{- $explicit := .Values.terminationGracePeriodSeconds }}
+{{/*
+The pod's grace for a shape: standalone, the sidecar's drain; classic (every container
+gets SIGTERM at once), the larger of it and the application's own; native (the kubelet
+stops the sidecar only once the application's containers exited, from the one budget),
+the two added. (dict "scope" . "shape" "standalone|classic|native")
+*/}}
+{{- define "acemq-sidecar.gracePeriod" -}}
+{{- $values := .scope.Values }}
+{{- $drain := include "acemq-sidecar.minTerminationGracePeriodSeconds" .scope | int }}
+{{- $app := $values.sidecar.appTerminationGracePeriodSeconds | int }}
+{{- $minimum := $drain }}
+{{- $why := printf "the sidecar's drain is routeMap.shutdown_grace_s + 10 s + 5 s = %d" $drain }}
+{{- if eq .shape "native" }}
+{{- $minimum = add $app $drain }}
+{{- $why = printf "a native sidecar is stopped after the application's containers, from the same budget: sidecar.appTerminationGracePeriodSeconds %d + the sidecar's drain %d = %d" $app $drain $minimum }}
+{{- else if eq .shape "classic" }}
+{{- $minimum = max $app $drain }}
+{{- $why = printf "every container gets SIGTERM at once: the larger of sidecar.appTerminationGracePeriodSeconds %d and the sidecar's drain %d" $app $drain }}
+{{- end }}
+{{- $explicit := $values.terminationGracePeriodSeconds }}
 {{- if kindIs "invalid" $explicit }}
 {{- $minimum }}
-{{- else if lt (int $explicit) $minimum }}
-{{- fail (printf "terminationGracePeriodSeconds: %d is too short for routeMap.shutdown_grace_s %v; the sidecar may need shutdown_grace_s + 10 s to close, so use at least %d (or null to derive it)" (int $explicit) .Values.routeMap.shutdown_grace_s $minimum) }}
+{{- else if lt (int $explicit) (int $minimum) }}
+{{- fail (printf "terminationGracePeriodSeconds: %d is too short; %s, so use at least %d (or null to derive it)" (int $explicit) $why (int $minimum)) }}
 {{- else }}
 {{- int $explicit }}
+{{- end }}
+{{- end }}
+
+{{/* The grace of an application's pod, in the shape sidecar.native picks. */}}
+{{- define "acemq-sidecar.terminationGracePeriodSeconds" -}}
+{{- include "acemq-sidecar.gracePeriod" (dict "scope" . "shape" (ternary "native" "classic" .Values.sidecar.native)) }}
+{{- end }}
+
+{{/*
+Which Secret the broker's address comes from: "url" (broker.urlSecret) or "credentials"
+(broker.credentialsSecret); exactly one must be named.
+*/}}
+{{- define "acemq-sidecar.brokerSecret" -}}
+{{- $url := .Values.broker.urlSecret.name }}
+{{- $credentials := .Values.broker.credentialsSecret.name }}
+{{- if and $url $credentials }}
+{{- fail "broker: name one Secret, broker.urlSecret.name (a URL) or broker.credentialsSecret.name (username, password, host, port), not both" }}
+{{- else if $url }}url
+{{- else if $credentials }}credentials
+{{- else }}
+{{- fail "broker: name the existing Secret: broker.urlSecret.name (one key holding the URL) or broker.credentialsSecret.name (username, password, host, port, as the RabbitMQ operators make it)" }}
+{{- end }}
+{{- end }}
+
+{{/* Where the login files of broker.credentialsSecret are mounted. */}}
+{{- define "acemq-sidecar.brokerDir" -}}
+/etc/acemq-sidecar-broker
+{{- end }}
+
+{{/*
+The container's and the pod's securityContext: as given, less runAsUser, runAsGroup (and
+fsGroup) with openshift.arbitraryUid, where the SCC assigns the namespace's uid.
+*/}}
+{{- define "acemq-sidecar.securityContext" -}}
+{{- $context := deepCopy (.context | default dict) }}
+{{- if .scope.Values.openshift.arbitraryUid }}
+{{- $context = omit $context "runAsUser" "runAsGroup" "fsGroup" }}
+{{- end }}
+{{- toYaml $context }}
+{{- end }}
+
+{{/* Whether pods are expected at all times: "true" or "" (replicas, or an autoscaler's floor). */}}
+{{- define "acemq-sidecar.podsExpected" -}}
+{{- $values := .Values }}
+{{- if $values.deployment.enabled }}
+{{- if $values.keda.enabled }}
+{{- if gt (int $values.keda.minReplicaCount) 0 }}true{{ end }}
+{{- else if $values.autoscaling.enabled }}true
+{{- else if gt (int $values.deployment.replicas) 0 }}true
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+What no schema can say, checked where the chart's own root context is (the route map's
+ConfigMap always renders, also as an application chart's dependency).
+*/}}
+{{- define "acemq-sidecar.checks" -}}
+{{- $values := .Values }}
+{{- $_ := include "acemq-sidecar.brokerSecret" . }}
+{{- if and $values.sidecar.native (not (semverCompare ">=1.29.0-0" .Capabilities.KubeVersion.Version)) }}
+{{- fail (printf "sidecar.native: a native sidecar (an init container with restartPolicy: Always) needs Kubernetes 1.29 or newer, and this cluster is %s; use sidecar.native=false (acemq-sidecar.container)" .Capabilities.KubeVersion.Version) }}
+{{- end }}
+{{- if and $values.serviceMonitor.enabled $values.podMonitor.enabled }}
+{{- fail "serviceMonitor.enabled and podMonitor.enabled: enable one; both would scrape the same pods under two jobs, and every alert would fire twice" }}
+{{- end }}
+{{- if and $values.autoscaling.enabled $values.keda.enabled }}
+{{- fail "autoscaling.enabled and keda.enabled: enable one; KEDA makes a HorizontalPodAutoscaler of its own, and two would fight over the replicas" }}
+{{- end }}
+{{- if and (or $values.autoscaling.enabled $values.keda.enabled) (not $values.deployment.enabled) }}
+{{- fail "autoscaling and keda scale the standalone Deployment (deployment.enabled); in your application's pods, scale your own workload" }}
+{{- end }}
+{{- if and $values.autoscaling.enabled (gt (int $values.autoscaling.minReplicas) (int $values.autoscaling.maxReplicas)) }}
+{{- fail (printf "autoscaling: minReplicas %d is above maxReplicas %d" (int $values.autoscaling.minReplicas) (int $values.autoscaling.maxReplicas)) }}
+{{- end }}
+{{- if and $values.autoscaling.enabled (kindIs "invalid" $values.autoscaling.targetCPUUtilizationPercentage) (kindIs "invalid" $values.autoscaling.targetMemoryUtilizationPercentage) }}
+{{- fail "autoscaling: set targetCPUUtilizationPercentage or targetMemoryUtilizationPercentage (or use keda, on queue depth)" }}
+{{- end }}
+{{- if and $values.keda.enabled (gt (int $values.keda.minReplicaCount) (int $values.keda.maxReplicaCount)) }}
+{{- fail (printf "keda: minReplicaCount %d is above maxReplicaCount %d" (int $values.keda.minReplicaCount) (int $values.keda.maxReplicaCount)) }}
 {{- end }}
 {{- end }}

@@ -76,12 +76,37 @@ containers) or native (an application's initContainers).
     - --log-level
     - {{ .Values.logLevel | quote }}
   env:
+    {{- if eq (include "acemq-sidecar.brokerSecret" .) "url" }}
     # The route map's broker.url is "${AMQP_URL}": the URL stays in the Secret.
     - name: AMQP_URL
       valueFrom:
         secretKeyRef:
-          name: {{ required "broker.urlSecret.name: name the existing Secret that holds the broker URL" .Values.broker.urlSecret.name }}
+          name: {{ .Values.broker.urlSecret.name }}
           key: {{ .Values.broker.urlSecret.key }}
+    {{- else }}
+    {{- $credentials := .Values.broker.credentialsSecret }}
+    # The route map's broker.url is built of these two; the login is read from files.
+    - name: ACEMQ_BROKER_HOST
+      valueFrom:
+        secretKeyRef:
+          name: {{ $credentials.name }}
+          key: {{ $credentials.hostKey }}
+    - name: ACEMQ_BROKER_PORT
+      valueFrom:
+        secretKeyRef:
+          name: {{ $credentials.name }}
+          key: {{ $credentials.portKey }}
+    {{- if and .Values.keda.enabled (eq $shape "standalone") }}
+    # KEDA's rabbitmq trigger reads the broker's address here (no login in it).
+    - name: ACEMQ_BROKER_ADDRESS
+      value: {{ printf "%s://$(ACEMQ_BROKER_HOST):$(ACEMQ_BROKER_PORT)/%s" $credentials.scheme ($credentials.vhost | urlquery | replace "+" "%20") | quote }}
+    {{- end }}
+    {{- end }}
+    {{- if and .Values.keda.enabled .Values.tls.enabled (eq $shape "standalone") }}
+    # KEDA's rabbitmq trigger takes its tls switch from here (TriggerAuthentication.env).
+    - name: ACEMQ_KEDA_TLS
+      value: enable
+    {{- end }}
     {{- with .Values.extraEnv }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
@@ -123,7 +148,7 @@ containers) or native (an application's initContainers).
     {{- toYaml . | nindent 4 }}
   {{- end }}
   securityContext:
-    {{- toYaml .Values.securityContext | nindent 4 }}
+    {{- include "acemq-sidecar.securityContext" (dict "scope" . "context" .Values.securityContext) | nindent 4 }}
   volumeMounts:
     # The directory, not a subPath: a changed ConfigMap reaches the file, and the
     # sidecar reloads it (it also rolls the pods, see acemq-sidecar.podAnnotations).
@@ -134,6 +159,12 @@ containers) or native (an application's initContainers).
     # Read at every connect: a renewed certificate is used from the next reconnect on.
     - name: acemq-sidecar-tls
       mountPath: {{ include "acemq-sidecar.tlsDir" . }}
+      readOnly: true
+    {{- end }}
+    {{- if eq (include "acemq-sidecar.brokerSecret" .) "credentials" }}
+    # The login of broker.credentialsSecret, read at start and at each reload.
+    - name: acemq-sidecar-broker
+      mountPath: {{ include "acemq-sidecar.brokerDir" . }}
       readOnly: true
     {{- end }}
     {{- with .Values.extraVolumeMounts }}
@@ -172,6 +203,19 @@ containers) or native (an application's initContainers).
             - {key: {{ .Values.tls.caKey | quote }}, path: ca.crt}
       {{- end }}
 {{- end }}
+{{- if eq (include "acemq-sidecar.brokerSecret" .) "credentials" }}
+{{- $credentials := .Values.broker.credentialsSecret }}
+# The login only, under fixed names (host and port come as variables).
+- name: acemq-sidecar-broker
+  projected:
+    defaultMode: 0444
+    sources:
+      - secret:
+          name: {{ $credentials.name }}
+          items:
+            - {key: {{ $credentials.usernameKey | quote }}, path: username}
+            - {key: {{ $credentials.passwordKey | quote }}, path: password}
+{{- end }}
 {{- with .Values.extraVolumes }}
 {{ toYaml . }}
 {{- end }}
@@ -194,11 +238,16 @@ of the Secret is shown.
 */}}
 {{- define "acemq-sidecar.podAnnotations" -}}
 {{- $secret := .Values.broker.urlSecret }}
+{{- $keys := $secret.key }}
+{{- if eq (include "acemq-sidecar.brokerSecret" .) "credentials" }}
+{{- $secret = .Values.broker.credentialsSecret }}
+{{- $keys = printf "%s,%s,%s,%s" $secret.usernameKey $secret.passwordKey $secret.hostKey $secret.portKey }}
+{{- end }}
 {{- $revision := $secret.revision }}
-{{- if and (not $revision) $secret.name }}
+{{- if not $revision }}
 {{- $live := lookup "v1" "Secret" .Release.Namespace $secret.name }}
 {{- $revision = dig "metadata" "resourceVersion" "" ($live | default dict) }}
 {{- end }}
 checksum/acemq-sidecar-config: {{ include "acemq-sidecar.routeMap" . | sha256sum }}
-checksum/acemq-broker-secret: {{ printf "%s/%s/%s" $secret.name $secret.key $revision | sha256sum }}
+checksum/acemq-broker-secret: {{ printf "%s/%s/%s" $secret.name $keys $revision | sha256sum }}
 {{- end }}
