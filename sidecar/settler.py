@@ -184,8 +184,10 @@ class Settler:
         plan = self._plan(delivery)
         retries: _Retries | None = None  # made at the first retry: most deliveries have none
         while True:
-            if not await self._unblocked(held):
-                return None  # stopping while blocked: the broker redelivers it
+            # Stopping while blocked, or the channel it came on closing (or closed): the
+            # broker redelivers it, so a copy published now would be a certain duplicate.
+            if not consumer.is_open or not await self._unblocked(held) or not consumer.is_open:
+                return None
             decision = await self._publisher.attempt(
                 lane, delivery, plan, held, alone=retries is not None and retries.alone
             )
