@@ -40,6 +40,9 @@ __all__ = ["RouteWorker"]
 log = logging.getLogger(__name__)
 
 HEALTHY_CHANNEL_S = 30.0  # a channel that lived this long resets the reopen backoff
+# A drain waits at most this long for its consumer's window to fill before the cancel: a
+# backlog fills it within a round trip, a trickle may never (docs/decisions/0030).
+DRAIN_FILL_MAX_S = 2.0
 
 
 class RouteWorker:
@@ -51,6 +54,7 @@ class RouteWorker:
         self._clock = context.clock
         self._backoff = Backoff(rng=context.rng)
         self._stop = asyncio.Event()
+        self._replaced = False  # a reload stopped or restarted the route: the process goes on
         self._log = RouteLog(route.name)
         self.state = RouteState(
             route.name, metrics=context.metrics, log=self._log, clock=context.clock
@@ -74,6 +78,7 @@ class RouteWorker:
         no longer report the route up or down.
         """
         if replaced:
+            self._replaced = True
             self.state.hand_over()
         self.state.stopping = True
         self._stop.set()
@@ -189,12 +194,16 @@ class RouteWorker:
         Meanwhile the consumer's window follows the bodies seen; a change that fails ends
         the channel too.
         """
-        which, first = await first_of(
-            consumer.wait_closed(),
-            connection.wait_closed(),
-            self._stop.wait(),
-            consumer.follow(connection),
-        )
+        follow = asyncio.create_task(consumer.follow(connection), name=f"follow:{self.route.name}")
+        try:
+            which, first = await first_of(
+                consumer.wait_closed(), connection.wait_closed(), self._stop.wait(), follow
+            )
+        finally:
+            # A re-consume cut short puts its ack gate back as it ends: a drain must start
+            # after that, or the gate it holds for its own cancel would be let go under it.
+            follow.cancel()
+            await asyncio.wait((follow,))
         if which in (0, 3):
             return str(first.result())
         return ("connection lost", "stopping")[which - 1]
@@ -209,17 +218,23 @@ class RouteWorker:
     ) -> None:
         """Stop deliveries, settle in-flight work within the grace period, close.
 
-        While the broker blocks the connection it reads nothing, so a cancel would only
-        wait for its bound: the held deliveries are let go at once (they publish nothing
-        while blocked) and the channels are left to the connection's close.
+        The cancel waits until nothing is on its way to the consumer, as a re-consume's
+        does (``RouteConsumer.cancel``). While the broker blocks the connection it reads
+        nothing, and the held deliveries are let go at once (they publish nothing while
+        blocked). A reload's cancel and close are sent all the same, each waiting only for
+        its bound: the broker reads them as it unblocks, and the route's successor is then
+        its only consumer. A process stop leaves them to the connection's close.
         """
-        deadline = asyncio.get_running_loop().time() + grace_s
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace_s
         is_blocked = connection.blocked_reason is not None
-        if not is_blocked:
-            await consumer.cancel()
-        await self._settle_in_flight(deadline - asyncio.get_running_loop().time())
-        if not is_blocked:
-            await _close_both(consumer, lane)
+        if is_blocked and not self._replaced:
+            await self._settle_in_flight(grace_s)
+            return
+        # Blocked, the broker reads no ack: no credit, nothing more comes to fill the window.
+        await consumer.cancel(fill_s=0.0 if is_blocked else min(DRAIN_FILL_MAX_S, grace_s))
+        await self._settle_in_flight(deadline - loop.time())
+        await _close_both(consumer, lane)
 
     async def _settle_in_flight(self, grace_s: float) -> None:
         """Wait up to ``grace_s`` until every delivery the route holds is settled."""
@@ -244,5 +259,5 @@ class RouteWorker:
 
 
 async def _close_both(consumer: RouteConsumer, lane: PublishLane) -> None:
-    await consumer.close()
-    await lane.close()
+    # Together: each waits for its close-ok (bounded), which a blocked broker sends late.
+    await asyncio.gather(consumer.close(), lane.close())

@@ -208,9 +208,20 @@ class RouteConsumer:
             on_body_size=self._window.note,
         )
 
-    async def cancel(self) -> None:
-        """Cancel the current consumer (a drain): no more deliveries once it returns."""
-        await self._channel.cancel(self.consumer_tag)
+    async def cancel(self, *, fill_s: float) -> None:
+        """Cancel the current consumer (a drain): no more deliveries once it returns.
+
+        As a re-consume does, it first holds acks and waits, up to ``fill_s``, until the
+        consumer holds its whole window or no delivery came for ``FILL_IDLE_S``: then
+        nothing is on its way to it (on a quorum queue such a delivery would spend a
+        delivery attempt). The acks go again once the cancel returns.
+        """
+        gate = self._gate
+        try:
+            await gate.hold_until_full(self._window.current, idle_s=FILL_IDLE_S, bound_s=fill_s)
+            await self._channel.cancel(self.consumer_tag)
+        finally:
+            gate.release()
 
     async def wait_closed(self) -> str:
         """Return why, once the channel closes or the broker cancels the consumer."""

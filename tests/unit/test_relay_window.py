@@ -591,3 +591,46 @@ async def test_the_brokers_cancel_settles_what_the_channel_holds_before_closing_
         await running
     assert broker.requeued == 0
     assert broker.acked >= held
+
+
+@pytest.mark.parametrize("stop", ["sigterm", "reload"])
+async def test_a_drain_cancels_the_consumer_only_with_nothing_on_its_way(stop: str) -> None:
+    """Mid-flow, a stop holds acks until the window is full: none meets the cancelled tag.
+
+    A quorum queue spends a delivery attempt on each delivery that reaches a cancelled tag.
+    """
+    broker = FakeBroker(deque([KIB] * 3000), transit_s=0.005)
+    connection = FakeConnection(broker)
+    route = worker(prefetch=64)
+    running = asyncio.create_task(route.run(connection, grace_s=5), name="worker")
+    await until(lambda: broker.acked >= 500 and sum(broker.consuming[-1].transit.values()) > 4)
+    route.request_stop(replaced=stop == "reload")
+    async with asyncio.timeout(BOUND_S):
+        await running
+    assert broker.returned == 0
+    assert broker.requeued == 0
+    assert broker.live_consumers() == 0
+
+
+async def test_a_route_replaced_while_the_broker_blocks_cancels_and_closes_its_channel() -> None:
+    """A reload during an alarm: the cancel and close are sent, for the broker to read later.
+
+    Left to the connection's close, the old consumer would go on consuming with the old
+    config (and the old target) once the broker unblocks, beside its successor.
+    """
+    broker = FakeBroker(deque([KIB] * 50))
+    connection = FakeConnection(broker, blocked_reason="low on memory")
+    route = worker(prefetch=512)
+    running = asyncio.create_task(route.run(connection, grace_s=5), name="worker")
+    await until(lambda: bool(broker.consuming) and bool(broker.consuming[0].unacked))
+    route.request_stop(replaced=True)
+    async with asyncio.timeout(BOUND_S):
+        await running
+    (channel,) = broker.consuming
+    tag = "acemq-sidecar.orders"
+    assert ("cancel", tag) in channel.calls
+    assert not channel.is_open
+    assert channel.live_at_close == 0
+    assert broker.acked == 0  # nothing was published while blocked: all went back
+    assert broker.requeued >= 1
+    assert broker.live_consumers() == 0
