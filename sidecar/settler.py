@@ -91,7 +91,8 @@ class Settler:
             audit=route.mode is Mode.AUDIT,
             policy=Policy(publishers=route.publishers, origin=route.origin, login=context.login),
         )
-        self._limits = HoldLimits(
+        # Lowered by the worker once the broker took a delivery back (its consumer_timeout).
+        self.limits = HoldLimits(
             consumer_timeout_s=route.limits.consumer_timeout_s,
             nack_max_attempts=route.limits.nack_max_attempts,
             nack_max_s=route.limits.nack_max_s,
@@ -241,7 +242,7 @@ class Settler:
             attempts=retries.attempts,
             held_s=self._clock.monotonic() - started,
             delay_s=retries.backoff.next_delay(),
-            limits=self._limits,
+            limits=self.limits,
         )
         if isinstance(after, Wait):
             await sleep_unless(self._stop, after.delay_s)
