@@ -170,6 +170,7 @@ class RouteConsumer:
         # Delivery tag -> when it came, until acked or rejected: the oldest is the one the
         # broker's consumer_timeout would take back (it checks the channel's oldest unacked).
         self._arrived: dict[int, float] = {}
+        self._active_at = self._monotonic()  # the last delivery or ack (or the start)
 
     # --- what the settler acks on ---
 
@@ -190,6 +191,7 @@ class RouteConsumer:
             await gate.opened.wait()
         gate.settled(delivery_tag)
         if await self._channel.ack(delivery_tag):
+            self._active_at = self._monotonic()
             self._arrived.pop(delivery_tag, None)
             return True
         return False
@@ -201,6 +203,7 @@ class RouteConsumer:
             await gate.opened.wait()
         gate.settled(delivery_tag)
         if await self._channel.reject(delivery_tag, requeue=requeue):
+            self._active_at = self._monotonic()
             self._arrived.pop(delivery_tag, None)
             return True
         return False
@@ -230,13 +233,15 @@ class RouteConsumer:
         """Cancel the current consumer (a drain): no more deliveries once it returns.
 
         As a re-consume does, it first holds acks and waits, up to ``fill_s``, until the
-        consumer holds its whole window or no delivery came for ``FILL_IDLE_S``: then
-        nothing is on its way to it (on a quorum queue such a delivery would spend a
-        delivery attempt). The acks go again once the cancel returns.
+        consumer holds its whole window or has had no delivery (nor ack) for
+        ``FILL_IDLE_S``: then nothing is on its way to it (on a quorum queue such a
+        delivery would spend a delivery attempt). The acks go once the cancel returns.
         """
-        gate = self._gate
+        gate, quiet_s = self._gate, self._monotonic() - self._active_at
         try:
-            await gate.hold_until_full(self._window.current, idle_s=FILL_IDLE_S, bound_s=fill_s)
+            await gate.hold_until_full(
+                self._window.current, idle_s=FILL_IDLE_S, quiet_s=quiet_s, bound_s=fill_s
+            )
             await self._channel.cancel(self.consumer_tag)
         finally:
             gate.release()
@@ -246,7 +251,7 @@ class RouteConsumer:
         return await self._channel.wait_closed()
 
     async def _deliver(self, delivery: Delivery) -> None:
-        self._arrived[delivery.delivery_tag] = self._monotonic()
+        self._arrived[delivery.delivery_tag] = self._active_at = self._monotonic()
         self._gate.delivered(delivery.delivery_tag)
         await self._settle(self, delivery)
 
