@@ -95,6 +95,31 @@ class AckGate:
             self._close_at = None
         return True
 
+    async def hold_until_full(
+        self, window: int, *, idle_s: float, quiet_s: float, bound_s: float
+    ) -> None:
+        """Hold acks from now on; return once the consumer holds ``window`` deliveries.
+
+        Or once none came for ``idle_s`` (no backlog), counting the ``quiet_s`` since the
+        consumer's last delivery or ack, or after ``bound_s`` (a trickle). For a drain's
+        cancel: with acks held the broker gets no credit, so once the window is full
+        nothing is on its way to the consumer. Acks wait until ``release``.
+        """
+        self.opened.clear()
+        loop = asyncio.get_running_loop()
+        end = loop.time() + bound_s
+        first = idle_s - quiet_s
+        while self.holding < window:
+            wait_s = min(first, end - loop.time())
+            first = idle_s
+            if wait_s <= 0:
+                return
+            try:
+                async with asyncio.timeout(wait_s):
+                    await self._next_delivery()
+            except TimeoutError:
+                return
+
     async def _next_delivery(self) -> None:
         """Return once the current consumer's next delivery is counted."""
         arrival = self._arrival

@@ -19,6 +19,7 @@ its rate-limited log lines (``RouteLog``).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from typing import TYPE_CHECKING
 
@@ -28,6 +29,7 @@ from sidecar.publish_lane import PublishLane
 from sidecar.route_consumer import InFlightWindow, RouteConsumer
 from sidecar.route_log import RouteLog
 from sidecar.route_state import RouteState
+from sidecar.settlement_holds import QUARANTINE_SHARE, consumer_timeout_after
 from sidecar.settler import Settler
 from sidecar.waits import first_of, sleep_unless
 
@@ -40,6 +42,9 @@ __all__ = ["RouteWorker"]
 log = logging.getLogger(__name__)
 
 HEALTHY_CHANNEL_S = 30.0  # a channel that lived this long resets the reopen backoff
+# A drain waits at most this long for its consumer's window to fill before the cancel: a
+# backlog fills it within a round trip, a trickle may never (docs/decisions/0030).
+DRAIN_FILL_MAX_S = 2.0
 
 
 class RouteWorker:
@@ -51,6 +56,7 @@ class RouteWorker:
         self._clock = context.clock
         self._backoff = Backoff(rng=context.rng)
         self._stop = asyncio.Event()
+        self._replaced = False  # a reload stopped or restarted the route: the process goes on
         self._log = RouteLog(route.name)
         self.state = RouteState(
             route.name, metrics=context.metrics, log=self._log, clock=context.clock
@@ -74,6 +80,7 @@ class RouteWorker:
         no longer report the route up or down.
         """
         if replaced:
+            self._replaced = True
             self.state.hand_over()
         self.state.stopping = True
         self._stop.set()
@@ -103,6 +110,8 @@ class RouteWorker:
                 since = self._clock.monotonic()
                 state.acked_since_open = False
                 reason = await self._consume_until_closed(consumer, connection)
+                held_s = consumer.oldest_unsettled_s()  # the broker's timer: the oldest
+                _learn_consumer_timeout(self._settler, self._log, reason, held_s=held_s)
                 if self._stop.is_set():
                     await self._drain(consumer, lane, connection, grace_s=grace_s)
                     break
@@ -111,12 +120,11 @@ class RouteWorker:
                     # first, or closing it would send that back to be redelivered. /readyz
                     # says why meanwhile.
                     state.channel_closed(reason)
-                    await self._settle_in_flight(grace_s)
+                    await state.settle_in_flight(grace_s)
                 if state.acked_since_open or self._clock.monotonic() - since > HEALTHY_CHANNEL_S:
                     self._backoff.reset()  # it worked for a while: a fresh failure, not a loop
                 state.channel_closed(reason)
-                await consumer.close()
-                await lane.close()
+                await _close_both(consumer, lane)
             await sleep_unless(self._stop, self._backoff.next_delay())
         state.stopped()
         self._log.stopped()
@@ -170,6 +178,7 @@ class RouteWorker:
             window=self._window,
             state=self.state,
             settle=self._settler.settle,
+            clock=self._clock,
         )
         self._settler.attach(connection, lane)
         # Up before the first delivery can arrive, so a delivery's pause is not undone.
@@ -189,12 +198,16 @@ class RouteWorker:
         Meanwhile the consumer's window follows the bodies seen; a change that fails ends
         the channel too.
         """
-        which, first = await first_of(
-            consumer.wait_closed(),
-            connection.wait_closed(),
-            self._stop.wait(),
-            consumer.follow(connection),
-        )
+        follow = asyncio.create_task(consumer.follow(connection), name=f"follow:{self.route.name}")
+        try:
+            which, first = await first_of(
+                consumer.wait_closed(), connection.wait_closed(), self._stop.wait(), follow
+            )
+        finally:
+            # A re-consume cut short puts its ack gate back as it ends: a drain must start
+            # after that, or the gate it holds for its own cancel would be let go under it.
+            follow.cancel()
+            await asyncio.wait((follow,))
         if which in (0, 3):
             return str(first.result())
         return ("connection lost", "stopping")[which - 1]
@@ -209,40 +222,37 @@ class RouteWorker:
     ) -> None:
         """Stop deliveries, settle in-flight work within the grace period, close.
 
-        While the broker blocks the connection it reads nothing, so a cancel would only
-        wait for its bound: the held deliveries are let go at once (they publish nothing
-        while blocked) and the channels are left to the connection's close.
+        The cancel waits until nothing is on its way to the consumer, as a re-consume's
+        does (``RouteConsumer.cancel``). While the broker blocks the connection it reads
+        nothing, and the held deliveries are let go at once (they publish nothing while
+        blocked). A reload's cancel and close are sent all the same, each waiting only for
+        its bound: the broker reads them as it unblocks, and the route's successor is then
+        its only consumer. A process stop leaves them to the connection's close.
         """
-        deadline = asyncio.get_running_loop().time() + grace_s
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace_s
         is_blocked = connection.blocked_reason is not None
-        if not is_blocked:
-            await consumer.cancel()
-        await self._settle_in_flight(deadline - asyncio.get_running_loop().time())
-        if not is_blocked:
-            await _close_both(consumer, lane)
-
-    async def _settle_in_flight(self, grace_s: float) -> None:
-        """Wait up to ``grace_s`` until every delivery the route holds is settled."""
-        state = self.state
-        extra = {"route": self.route.name, "in_flight": state.in_flight}
-        log.info(
-            "route %s draining %d in-flight messages", self.route.name, state.in_flight, extra=extra
-        )
-        try:
-            async with asyncio.timeout(max(grace_s, 0.0)):
-                await state.idle.wait()
-        except TimeoutError:
-            extra = {"route": self.route.name, "in_flight": state.in_flight}
-            log.warning(
-                "route %s: %d messages unsettled after %.1fs; unacked, they go back to their"
-                " queue (if it still exists) to be redelivered",
-                self.route.name,
-                state.in_flight,
-                grace_s,
-                extra=extra,
-            )
+        if is_blocked and not self._replaced:
+            await self.state.settle_in_flight(grace_s)
+            return
+        # Blocked, the broker reads no ack: no credit, nothing more comes to fill the window.
+        await consumer.cancel(fill_s=0.0 if is_blocked else min(DRAIN_FILL_MAX_S, grace_s))
+        await self.state.settle_in_flight(deadline - loop.time())
+        await _close_both(consumer, lane)
 
 
 async def _close_both(consumer: RouteConsumer, lane: PublishLane) -> None:
-    await consumer.close()
-    await lane.close()
+    # Together: each waits for its close-ok (bounded), which a blocked broker sends late.
+    await asyncio.gather(consumer.close(), lane.close())
+
+
+def _learn_consumer_timeout(
+    settler: Settler, route_log: RouteLog, reason: str, *, held_s: float | None
+) -> None:
+    """Hold deliveries within the broker's consumer_timeout once it took one back."""
+    limits = settler.limits
+    timeout_s = consumer_timeout_after(reason, held_s=held_s, limits=limits)
+    if timeout_s is not None:
+        settler.limits = dataclasses.replace(limits, consumer_timeout_s=timeout_s)
+        hold_s = min(limits.nack_max_s, timeout_s * QUARANTINE_SHARE)
+        route_log.took_back(held_s=held_s, timeout_s=timeout_s, hold_s=hold_s)

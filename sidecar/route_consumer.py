@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from sidecar.amqp import AckChannel, Consumer, RelayConnection
+    from sidecar.clock import Clock
     from sidecar.delivery import Delivery
     from sidecar.route_state import RouteState
 
@@ -153,6 +154,7 @@ class RouteConsumer:
         window: InFlightWindow,
         state: RouteState,
         settle: Callable[[AckChannel, Delivery], Coroutine[Any, Any, None]],
+        clock: Clock,
     ) -> None:
         self._channel = channel
         self._route = route
@@ -164,6 +166,11 @@ class RouteConsumer:
         self.consumer_tag = self._tag_base  # the consumer the broker has now
         self._consumers = 1
         self._gate = AckGate()
+        self._monotonic = clock.monotonic
+        # Delivery tag -> when it came, until acked or rejected: the oldest is the one the
+        # broker's consumer_timeout would take back (it checks the channel's oldest unacked).
+        self._arrived: dict[int, float] = {}
+        self._active_at = self._monotonic()  # the last delivery or ack (or the start)
 
     # --- what the settler acks on ---
 
@@ -183,7 +190,11 @@ class RouteConsumer:
         if not gate.opened.is_set():  # the common case costs no coroutine
             await gate.opened.wait()
         gate.settled(delivery_tag)
-        return await self._channel.ack(delivery_tag)
+        if await self._channel.ack(delivery_tag):
+            self._active_at = self._monotonic()
+            self._arrived.pop(delivery_tag, None)
+            return True
+        return False
 
     async def reject(self, delivery_tag: int, *, requeue: bool) -> bool:
         """Reject one delivery (once no cancel waits); False when the channel is gone."""
@@ -191,11 +202,21 @@ class RouteConsumer:
         if not gate.opened.is_set():
             await gate.opened.wait()
         gate.settled(delivery_tag)
-        return await self._channel.reject(delivery_tag, requeue=requeue)
+        if await self._channel.reject(delivery_tag, requeue=requeue):
+            self._active_at = self._monotonic()
+            self._arrived.pop(delivery_tag, None)
+            return True
+        return False
 
     async def close(self) -> None:
         """Close the channel; what is unacked goes back to its queue."""
         await self._channel.close()
+
+    def oldest_unsettled_s(self) -> float | None:
+        """Return how long ago the oldest delivery not acked or rejected came, if any."""
+        for arrived in self._arrived.values():  # in the order they came
+            return self._monotonic() - arrived
+        return None
 
     # --- the consumer's life ---
 
@@ -208,15 +229,29 @@ class RouteConsumer:
             on_body_size=self._window.note,
         )
 
-    async def cancel(self) -> None:
-        """Cancel the current consumer (a drain): no more deliveries once it returns."""
-        await self._channel.cancel(self.consumer_tag)
+    async def cancel(self, *, fill_s: float) -> None:
+        """Cancel the current consumer (a drain): no more deliveries once it returns.
+
+        As a re-consume does, it first holds acks and waits, up to ``fill_s``, until the
+        consumer holds its whole window or has had no delivery (nor ack) for
+        ``FILL_IDLE_S``: then nothing is on its way to it (on a quorum queue such a
+        delivery would spend a delivery attempt). The acks go once the cancel returns.
+        """
+        gate, quiet_s = self._gate, self._monotonic() - self._active_at
+        try:
+            await gate.hold_until_full(
+                self._window.current, idle_s=FILL_IDLE_S, quiet_s=quiet_s, bound_s=fill_s
+            )
+            await self._channel.cancel(self.consumer_tag)
+        finally:
+            gate.release()
 
     async def wait_closed(self) -> str:
         """Return why, once the channel closes or the broker cancels the consumer."""
         return await self._channel.wait_closed()
 
     async def _deliver(self, delivery: Delivery) -> None:
+        self._arrived[delivery.delivery_tag] = self._active_at = self._monotonic()
         self._gate.delivered(delivery.delivery_tag)
         await self._settle(self, delivery)
 
@@ -277,7 +312,7 @@ class RouteConsumer:
             return None  # the broker's own cancel: wait_closed has returned, the worker acts
         # A body larger than the target may have come before the cancel-ok.
         new = window.target() or old
-        take = await self._room_for(old=old, new=new)
+        take = await _room_for(self._state, window, old=old, new=new)
         self._consumers += 1
         tag = self.consumer_tag = f"{self._tag_base}#{self._consumers}"
         # Each of the old consumer's deliveries counted itself before its cancel-ok (its
@@ -303,17 +338,17 @@ class RouteConsumer:
             log.debug("route %s: window %d -> %d", self._route, old, take, extra=extra)
         return None
 
-    async def _room_for(self, *, old: int, new: int) -> int:
-        """Return the window the new consumer may start with, waiting for room if need be."""
-        state, window = self._state, self._window
 
-        def room() -> int:
-            return refill(old=old, new=new, allowed=window.allowed, in_flight=state.in_flight)
+async def _room_for(state: RouteState, window: InFlightWindow, *, old: int, new: int) -> int:
+    """Return the window the new consumer may start with, waiting for room if need be."""
 
-        if room() < new:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(REFILL_WAIT_S):
-                    await state.wait_in_flight_at_most(max(old, window.allowed) - new)
-        while room() == 0:  # every slot held: as the old consumer would, take nothing yet
-            await state.wait_in_flight_at_most(max(old, window.allowed) - 1)
-        return room()
+    def room() -> int:
+        return refill(old=old, new=new, allowed=window.allowed, in_flight=state.in_flight)
+
+    if room() < new:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(REFILL_WAIT_S):
+                await state.wait_in_flight_at_most(max(old, window.allowed) - new)
+    while room() == 0:  # every slot held: as the old consumer would, take nothing yet
+        await state.wait_in_flight_at_most(max(old, window.allowed) - 1)
+    return room()

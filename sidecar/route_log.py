@@ -59,6 +59,7 @@ class RouteLog:
         self._violations = _RateLimit(interval_s)
         self._pauses = _RateLimit(interval_s)
         self._quarantines = _RateLimit(interval_s)
+        self._told_timeout = False
 
     def violations(self, verdict: Verdict, delivery: Delivery, *, now: float) -> None:
         """Log each ``(kind, header)`` of a verdict at most once per interval.
@@ -115,6 +116,24 @@ class RouteLog:
                     "suppressed": suppressed,
                 },
             )
+
+    def took_back(self, *, held_s: float | None, timeout_s: float, hold_s: float) -> None:
+        """Say once that the broker's consumer_timeout is shorter than the route map's."""
+        if self._told_timeout:
+            return
+        self._told_timeout = True
+        held = "a delivery" if held_s is None else f"a delivery held for {held_s:.1f}s"
+        log.warning(
+            "route %s: the broker took back %s (406 delivery acknowledgement timed out): its"
+            " consumer_timeout is shorter than broker.consumer_timeout_s; a held delivery now"
+            " goes to quarantine within %.1fs. Set broker.consumer_timeout_s to the broker's"
+            " consumer_timeout (%gs or less)",
+            self._route,
+            held,
+            hold_s,
+            timeout_s,
+            extra={"route": self._route, "consumer_timeout_s": timeout_s},
+        )
 
     def stopped(self) -> None:
         """Say how many lines the rate limits held back, so a stop loses no count."""

@@ -128,6 +128,28 @@ class RouteState:
                 if self.in_flight <= count and not waiter.done():
                     waiter.set_result(None)
 
+    async def settle_in_flight(self, grace_s: float) -> None:
+        """Wait up to ``grace_s`` until every delivery the route holds is settled."""
+        route = self._route
+        log.info(
+            "route %s draining %d in-flight messages",
+            route,
+            self.in_flight,
+            extra={"route": route, "in_flight": self.in_flight},
+        )
+        try:
+            async with asyncio.timeout(max(grace_s, 0.0)):
+                await self.idle.wait()
+        except TimeoutError:
+            log.warning(
+                "route %s: %d messages unsettled after %.1fs; unacked, they go back to their"
+                " queue (if it still exists) to be redelivered",
+                route,
+                self.in_flight,
+                grace_s,
+                extra={"route": route, "in_flight": self.in_flight},
+            )
+
     async def wait_in_flight_at_most(self, count: int) -> None:
         """Return once at most ``count`` deliveries are in flight (at once if so now)."""
         if self.in_flight <= count:

@@ -9,11 +9,13 @@ this module decides the rest, each a total function over closed sets:
   or ``Hold`` it for a retry;
 - ``after_hold``: how long a held delivery may still wait, or that it must go to
   quarantine (or be dead-lettered) before the broker's consumer_timeout takes it back;
+- ``consumer_timeout_after``: the consumer_timeout to hold by once the broker took one back;
 - ``blocked`` and ``slow_confirm``: what /readyz says while a delivery waits on the broker.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, assert_never
 
@@ -31,6 +33,7 @@ __all__ = [
     "after_hold",
     "after_refusal",
     "blocked",
+    "consumer_timeout_after",
     "slow_confirm",
 ]
 
@@ -46,6 +49,12 @@ REPEATED_REFUSALS = frozenset({ACCESS_REFUSED, PRECONDITION_FAILED})
 QUARANTINE_SHARE = 0.5
 DEAD_LETTER_SHARE = 0.75
 DEADLINE_SLACK_S = 0.001  # a wait that ends this close to its deadline has reached it
+# RabbitMQ's channel.close when its consumer_timeout takes a delivery back (rabbit_channel,
+# 3.10): "406 PRECONDITION_FAILED - delivery acknowledgement on channel 1 timed out. Timeout
+# value used: 5000 ms. This timeout value can be configured, see consumers doc guide ...".
+_TAKEN_BACK = re.compile(r"\b406\b.*delivery acknowledgement.*timed out", re.DOTALL)
+_TIMEOUT_USED = re.compile(r"Timeout value used: (\d+) ms")
+MIN_CONSUMER_TIMEOUT_S = 1.0  # the route map's least consumer_timeout_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +131,28 @@ def after_hold(
         case _:
             assert_never(plan)
     return Wait(max(0.0, min(delay_s, deadline_s - held_s)))
+
+
+def consumer_timeout_after(
+    reason: str, *, held_s: float | None, limits: HoldLimits
+) -> float | None:
+    """Return the consumer_timeout to hold deliveries by, once the broker took one back.
+
+    ``reason`` is why the route's consuming channel closed: None unless it is the broker's
+    406 for a delivery held past its consumer_timeout, or when nothing is lower than
+    ``limits`` already. ``held_s``: how long the route had held the oldest delivery on
+    that channel, the one the broker took back; the value the broker's text names, when
+    it names one, may be lower still (it checks only every ``channel_tick_interval``).
+    """
+    if _TAKEN_BACK.search(reason) is None:
+        return None
+    timeout_s = limits.consumer_timeout_s
+    if held_s is not None:
+        timeout_s = min(timeout_s, held_s)
+    if (used := _TIMEOUT_USED.search(reason)) is not None:
+        timeout_s = min(timeout_s, int(used.group(1)) / 1000)
+    timeout_s = max(timeout_s, MIN_CONSUMER_TIMEOUT_S)
+    return timeout_s if timeout_s < limits.consumer_timeout_s else None
 
 
 def blocked(reason: str) -> str:

@@ -91,7 +91,8 @@ class Settler:
             audit=route.mode is Mode.AUDIT,
             policy=Policy(publishers=route.publishers, origin=route.origin, login=context.login),
         )
-        self._limits = HoldLimits(
+        # Lowered by the worker once the broker took a delivery back (its consumer_timeout).
+        self.limits = HoldLimits(
             consumer_timeout_s=route.limits.consumer_timeout_s,
             nack_max_attempts=route.limits.nack_max_attempts,
             nack_max_s=route.limits.nack_max_s,
@@ -184,8 +185,10 @@ class Settler:
         plan = self._plan(delivery)
         retries: _Retries | None = None  # made at the first retry: most deliveries have none
         while True:
-            if not await self._unblocked(held):
-                return None  # stopping while blocked: the broker redelivers it
+            # Stopping while blocked, or the channel it came on closing (or closed): the
+            # broker redelivers it, so a copy published now would be a certain duplicate.
+            if not consumer.is_open or not await self._unblocked(held) or not consumer.is_open:
+                return None
             decision = await self._publisher.attempt(
                 lane, delivery, plan, held, alone=retries is not None and retries.alone
             )
@@ -239,7 +242,7 @@ class Settler:
             attempts=retries.attempts,
             held_s=self._clock.monotonic() - started,
             delay_s=retries.backoff.next_delay(),
-            limits=self._limits,
+            limits=self.limits,
         )
         if isinstance(after, Wait):
             await sleep_unless(self._stop, after.delay_s)

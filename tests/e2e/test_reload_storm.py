@@ -96,7 +96,11 @@ async def test_a_storm_of_reloads_leaves_one_consumer_with_the_last_target(
 async def test_reload_pairs_a_few_milliseconds_apart_leak_no_consumer(
     broker: Broker, sidecar: Sidecar
 ) -> None:
-    """Two reloads 8 ms apart, twenty times: one consumer after each pair."""
+    """Two reloads 8 ms apart, twenty times: one consumer after each pair.
+
+    Not at once: a replaced consumer's drain may wait half a second for its window before
+    the cancel (``RouteConsumer.cancel``), beside its successor; a leaked one stays.
+    """
     quarantine, _ = await declare_quarantine(broker)
     flow = await declare_flow(broker, "pairs")
     first = sidecar.route_map(quarantine=quarantine, flows=[flow], prefetch=64)
@@ -104,15 +108,19 @@ async def test_reload_pairs_a_few_milliseconds_apart_leak_no_consumer(
     sidecar.write(first)
     sidecar.pad()
     await sidecar.start()
+
+    async def at_most_one() -> bool:
+        return await consumers(broker, flow.staging) <= 1
+
     for _ in range(PAIRS):
         sidecar.write(second, keep_stamp=True)
         sidecar.send(signal.SIGHUP)
         await asyncio.sleep(PAIR_GAP_S)
         sidecar.write(first, keep_stamp=True)
         sidecar.send(signal.SIGHUP)
-        await asyncio.sleep(0.3)
-        count = await consumers(broker, flow.staging)
-        assert count <= 1, f"{count} consumers\n{sidecar.output()}"
+        await eventually(
+            at_most_one, timeout_s=5, what="at most one consumer", context=sidecar.output
+        )
     await settle_on_one_consumer(broker, sidecar, flow.staging)
 
 

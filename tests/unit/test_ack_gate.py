@@ -108,3 +108,36 @@ async def test_a_wait_cancelled_before_half_full_leaves_no_mark() -> None:
     for tag in (1, 2, 3):
         gate.delivered(tag)
     assert gate.opened.is_set()  # the half-full mark went with the wait
+
+
+async def test_a_drains_hold_closes_the_gate_at_once_and_returns_once_full() -> None:
+    """A drain holds every ack from the start: one would give the broker credit to send."""
+    gate = AckGate()
+    gate.delivered(1)
+    waiting = asyncio.create_task(gate.hold_until_full(3, idle_s=60, quiet_s=0, bound_s=60))
+    await _turns()
+    assert not gate.opened.is_set()
+    assert not waiting.done()
+    gate.delivered(2)
+    gate.delivered(3)
+    async with asyncio.timeout(BOUND_S):
+        await waiting
+    assert not gate.opened.is_set()  # held until the cancel-ok: release
+    gate.release()
+    assert gate.opened.is_set()
+
+
+@pytest.mark.parametrize(
+    ("quiet_s", "bound_s"),
+    [(60, 600), (0, 0)],  # quiet for the whole idle time already; no time to wait at all
+    ids=["quiet", "no-bound"],
+)
+async def test_a_drains_hold_does_not_wait_for_a_quiet_consumer(
+    quiet_s: float, bound_s: float
+) -> None:
+    """No delivery nor ack for the idle time already: no backlog, nothing on its way."""
+    gate = AckGate()
+    gate.delivered(1)
+    async with asyncio.timeout(BOUND_S):
+        await gate.hold_until_full(8, idle_s=60, quiet_s=quiet_s, bound_s=bound_s)
+    assert not gate.opened.is_set()

@@ -308,3 +308,16 @@ async def test_violations_are_counted_once_per_message(mode: Mode) -> None:
     )
     assert defaulted == 1
     assert rig.count("audited" if mode is Mode.AUDIT else "relayed") == 1
+
+
+async def test_a_delivery_that_arrives_while_its_channel_closes_publishes_nothing() -> None:
+    """Its ack would be refused and the broker would redeliver it: a copy now is a duplicate."""
+    rig = make_rig()
+    publisher = FakeChannel([PublishOutcome.CONFIRMED])
+    closing = FakeChannel([], is_open=False)  # the consumer channel: our close sent
+    connection = cast("RelayConnection", OneChannelConnection(publisher))
+    rig.settler.attach(connection, PublishLane(connection, stop=rig.stop))
+    await rig.settler.settle(closing, delivery())  # type: ignore[arg-type]
+    assert publisher.published == []
+    assert closing.acked == []
+    assert rig.state.in_flight == 0

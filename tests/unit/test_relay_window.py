@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
+import re
 from collections import deque
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
@@ -64,6 +65,8 @@ class FakeBroker:
     delivered: int = 0
     confirm_cancel: bool = True
     confirm_after_s: float = 0.0  # how long each publish waits for its confirm
+    nacking: frozenset[str] = frozenset()  # exchanges whose every publish is nacked
+    published: list[tuple[str, Mapping[str, Any]]] = field(default_factory=list)
     transit_s: float = 0.0005  # from the queue to the channel, give or take a half
     rng: random.Random = field(default_factory=lambda: random.Random(5))
     peak_in_flight: int = 0
@@ -227,10 +230,13 @@ class FakeChannel:
         on_slow: Callable[[], None],
         content_header: bytes | None = None,
     ) -> PublishOutcome:
-        """Confirm after a turn of the loop, or the broker's confirm delay."""
-        del body, exchange, routing_key, properties, headers, slow_after_s, on_slow
-        del content_header
+        """Confirm after a turn of the loop, or the broker's confirm delay; or nack."""
+        del body, routing_key, properties, slow_after_s, on_slow, content_header
+        table = {} if headers is None or isinstance(headers, UndecodableTable) else dict(headers)
+        self.broker.published.append((exchange, table))
         await asyncio.sleep(self.broker.confirm_after_s)
+        if exchange in self.broker.nacking:
+            return PublishOutcome.NACKED
         return PublishOutcome.CONFIRMED
 
     async def ack(self, delivery_tag: int) -> bool:
@@ -260,8 +266,17 @@ class FakeChannel:
         self.reason = "the broker cancelled the consumer"
         self.ended.set()
 
+    def closed_by_broker(self, reason: str) -> None:
+        """The broker closes the channel (its channel.close): unacked deliveries go back."""
+        self.reason = reason
+        self.close_now()
+
     async def close(self) -> None:
         """Close: what is unacked goes back to the queue."""
+        self.close_now()
+
+    def close_now(self) -> None:
+        """Close at once: what is unacked goes back to the queue."""
         if not self.is_open:
             return
         self.is_open = False
@@ -333,7 +348,11 @@ def delivery(tag: int, message: int, size: int) -> Delivery:
 
 
 def worker(
-    *, prefetch: int, budget_bytes: int = 64 * 2**20, single_active_consumer: bool = False
+    *,
+    prefetch: int,
+    budget_bytes: int = 64 * 2**20,
+    single_active_consumer: bool = False,
+    limits: RouteLimits | None = None,
 ) -> RouteWorker:
     """A worker for route orders with its own registry."""
     route = Route(
@@ -345,7 +364,7 @@ def worker(
         origin=None,
         mode=Mode.ENFORCE,
         prefetch=prefetch,
-        limits=RouteLimits(max_in_flight_bytes=budget_bytes),
+        limits=limits or RouteLimits(max_in_flight_bytes=budget_bytes),
         single_active_consumer=single_active_consumer,
     )
     metrics = Metrics(CollectorRegistry(), version="test", contract="1.1")
@@ -591,3 +610,81 @@ async def test_the_brokers_cancel_settles_what_the_channel_holds_before_closing_
         await running
     assert broker.requeued == 0
     assert broker.acked >= held
+
+
+@pytest.mark.parametrize("stop", ["sigterm", "reload"])
+async def test_a_drain_cancels_the_consumer_only_with_nothing_on_its_way(stop: str) -> None:
+    """Mid-flow, a stop holds acks until the window is full: none meets the cancelled tag.
+
+    A quorum queue spends a delivery attempt on each delivery that reaches a cancelled tag.
+    """
+    broker = FakeBroker(deque([KIB] * 3000), transit_s=0.005)
+    connection = FakeConnection(broker)
+    route = worker(prefetch=64)
+    running = asyncio.create_task(route.run(connection, grace_s=5), name="worker")
+    await until(lambda: broker.acked >= 500 and sum(broker.consuming[-1].transit.values()) > 4)
+    route.request_stop(replaced=stop == "reload")
+    async with asyncio.timeout(BOUND_S):
+        await running
+    assert broker.returned == 0
+    assert broker.requeued == 0
+    assert broker.live_consumers() == 0
+
+
+async def test_a_route_replaced_while_the_broker_blocks_cancels_and_closes_its_channel() -> None:
+    """A reload during an alarm: the cancel and close are sent, for the broker to read later.
+
+    Left to the connection's close, the old consumer would go on consuming with the old
+    config (and the old target) once the broker unblocks, beside its successor.
+    """
+    broker = FakeBroker(deque([KIB] * 50))
+    connection = FakeConnection(broker, blocked_reason="low on memory")
+    route = worker(prefetch=512)
+    running = asyncio.create_task(route.run(connection, grace_s=5), name="worker")
+    await until(lambda: bool(broker.consuming) and bool(broker.consuming[0].unacked))
+    route.request_stop(replaced=True)
+    async with asyncio.timeout(BOUND_S):
+        await running
+    (channel,) = broker.consuming
+    tag = "acemq-sidecar.orders"
+    assert ("cancel", tag) in channel.calls
+    assert not channel.is_open
+    assert channel.live_at_close == 0
+    assert broker.acked == 0  # nothing was published while blocked: all went back
+    assert broker.requeued >= 1
+    assert broker.live_consumers() == 0
+
+
+TIMED_OUT = (
+    "channel closed by the broker: 406 PRECONDITION_FAILED - delivery acknowledgement on"
+    " channel 1 timed out. Timeout value used: 5000 ms. This timeout value can be"
+    " configured, see consumers doc guide to learn more"
+)
+
+
+async def test_after_the_broker_took_a_delivery_back_the_route_holds_one_half_as_long() -> None:
+    """Its consumer_timeout is shorter than the map's: the next hold goes to quarantine in time.
+
+    Held as long again, the delivery would be taken back again, and a quorum queue with
+    a delivery limit would drop it.
+    """
+    broker = FakeBroker(deque([KIB]), nacking=frozenset({"orders"}))
+    connection = FakeConnection(broker)
+    limits = RouteLimits(nack_max_attempts=1000, nack_max_s=3600)  # the timeout decides
+    route = worker(prefetch=8, limits=limits)
+    running = asyncio.create_task(route.run(connection, grace_s=2), name="worker")
+    await until(lambda: route.state.held == 1)
+    await asyncio.sleep(1.5)  # held this long when the broker's timer takes it back
+    broker.consuming[0].closed_by_broker(TIMED_OUT)
+    await until(lambda: broker.acked == 1)
+    route.request_stop()
+    async with asyncio.timeout(BOUND_S):
+        await running
+    (quarantined,) = [h for exchange, h in broker.published if exchange == "acemq.quarantine"]
+    reason = str(quarantined["x-acemq-error"])
+    assert "nacked" in reason, reason
+    # The timeout it holds by: what it had held the first one (1.5 s and more), at most
+    # the broker's 5 s; the copy went to quarantine at half of it.
+    timeout = re.search(r"consumer_timeout of ([0-9.]+)s", reason)
+    assert timeout is not None, reason
+    assert 1.5 <= float(timeout.group(1)) <= 5.0, reason

@@ -14,7 +14,14 @@ from sidecar.settlement import (
     Outcome,
     Quarantine,
 )
-from sidecar.settlement_holds import HoldLimits, Wait, after_hold, after_refusal, blocked
+from sidecar.settlement_holds import (
+    HoldLimits,
+    Wait,
+    after_hold,
+    after_refusal,
+    blocked,
+    consumer_timeout_after,
+)
 
 COPY = Copy(properties={}, headers={}, routing_key="k.1", outcome=Outcome.RELAYED)
 TO_QUARANTINE = Quarantine("unroutable: no binding")
@@ -173,3 +180,38 @@ def test_the_blocked_reason_quotes_the_broker() -> None:
         'the broker blocked the connection ("low on memory"); nothing is published until it'
         " unblocks"
     )
+
+
+# RabbitMQ 3.10's words (rabbit_channel:evaluate_consumer_timeout), as the client reports them.
+TIMED_OUT = (
+    "channel closed by the broker: 406 PRECONDITION_FAILED - delivery acknowledgement on"
+    " channel 1 timed out. Timeout value used: 5000 ms. This timeout value can be"
+    " configured, see consumers doc guide to learn more"
+)
+MAP_LIMITS = HoldLimits(consumer_timeout_s=1800.0, nack_max_attempts=10, nack_max_s=300.0)
+
+
+@pytest.mark.parametrize(
+    ("reason", "held_s", "expected"),
+    [
+        (TIMED_OUT, 6.2, 5.0),  # the broker's own value: it checks once per tick
+        (TIMED_OUT, 4.9, 4.9),  # what the route had held it (its clock starts later)
+        (TIMED_OUT.replace(" Timeout value used: 5000 ms.", ""), 6.2, 6.2),
+        (TIMED_OUT, None, 5.0),
+        (TIMED_OUT, 0.01, 1.0),  # never below the route map's least
+        ("channel closed by the broker: 406 PRECONDITION_FAILED - fast reply", 6.2, None),
+        ("channel closed by the broker: 404 NOT_FOUND - no queue", 6.2, None),
+        ("connection lost", 6.2, None),
+    ],
+)
+def test_the_brokers_timed_out_close_gives_the_timeout_to_hold_by(
+    reason: str, held_s: float | None, expected: float | None
+) -> None:
+    """The broker does not tell its timeout; its 406 when it takes a delivery back does."""
+    assert consumer_timeout_after(reason, held_s=held_s, limits=MAP_LIMITS) == expected
+
+
+def test_a_timed_out_close_changes_nothing_when_the_map_says_less_already() -> None:
+    """A route already told a shorter timeout keeps it."""
+    limits = HoldLimits(consumer_timeout_s=3.0, nack_max_attempts=10, nack_max_s=300.0)
+    assert consumer_timeout_after(TIMED_OUT, held_s=6.2, limits=limits) is None
