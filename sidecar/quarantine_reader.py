@@ -41,6 +41,7 @@ PREFETCH_MAX: Final = 65_535  # basic.qos's prefetch-count is 16 bits; 0 would m
 WINDOW_MIN: Final = 1_000  # deliveries one channel holds unacked (memory: a window of bodies)
 CHANNELS_TARGET: Final = 1_000  # below RabbitMQ's default channel_max (2047)
 IDLE_S: Final = 2.0  # no delivery this long: ask the broker whether any is left to come
+UNANSWERED_MAX: Final = 5  # passive declares in a row that say nothing: the reading ends
 # After the channels close: how long to wait for the queue to count what they held as ready
 # again (milliseconds on a quiet broker, seconds under load), and how often to ask.
 RETURN_WAIT_S: Final = 10.0
@@ -135,6 +136,7 @@ class QueueReader:
                 yield Held(channel, inbox.get_nowait(), window_index)
 
     async def _next(self, inbox: asyncio.Queue[Delivery], channel: Channel) -> Delivery | None:
+        unanswered = 0
         while True:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(IDLE_S):
@@ -143,7 +145,17 @@ class QueueReader:
                 raise ChannelLostError(f"the channel closed while reading {self._queue!r}")
             # Nothing for a while: if nothing is ready either, the queue shrank (another
             # consumer, an expiry) and no more will come.
-            ready, _ = await queue_depth(self._connection, self._queue)
+            ready, consumers = await queue_depth(self._connection, self._queue)
+            if consumers == 0:
+                # Not the queue's answer: this reader consumes it. A quorum queue's leader
+                # slower than RabbitMQ's 250 ms for a passive declare reads as 0 and 0.
+                unanswered += 1
+                if unanswered >= UNANSWERED_MAX:
+                    raise ChannelLostError(
+                        f"the broker did not say what {self._queue!r} holds"
+                        f" ({unanswered} passive declares answered 0 messages, 0 consumers)"
+                    )
+                continue
             if ready == 0 and inbox.empty():
                 return None
 
