@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
@@ -181,9 +180,10 @@ class QueueReader:
         if ready_before is None:
             return
         expected = ready_before + returning
-        deadline = time.monotonic() + RETURN_WAIT_S
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + RETURN_WAIT_S
         while (ready := await self._ready()) is not None and ready < expected:
-            if time.monotonic() >= deadline:
+            if loop.time() >= deadline:
                 self.not_back = expected - ready
                 return
             await asyncio.sleep(RETURN_POLL_S)
