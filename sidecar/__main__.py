@@ -1,12 +1,7 @@
-"""Run the sidecar as ``python -m sidecar``."""
+"""Run the sidecar as ``python -m sidecar``: the same entry point as the console script."""
 
 import sys
 
-from sidecar import startup_signals
-
-if sys.argv[1:2] == ["run"]:
-    startup_signals.hold()  # before the slow imports: a SIGTERM meanwhile is a clean stop
-
-from sidecar.cli import main  # after the signals are held
+from sidecar.console import main  # holds the stop signals of `run` as it is imported
 
 sys.exit(main())

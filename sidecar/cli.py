@@ -105,7 +105,8 @@ def _check(file: str) -> int:
 
 
 def _run(file: str, *, log_level: str | None) -> int:
-    # First: a SIGTERM while the rest imports and the map loads is a clean stop, not -15.
+    # Held already if the process came in by sidecar.console (the console script, -m sidecar);
+    # again here for a caller of main(): a SIGTERM while the map loads is a clean stop.
     startup_signals.hold()
     # Imported here so that `conform` and `normalise` start without the I/O stack.
     from prometheus_client import CollectorRegistry  # noqa: PLC0415

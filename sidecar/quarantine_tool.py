@@ -3,10 +3,11 @@
 The queue is read without changing it (:mod:`sidecar.quarantine_reader`): none of its
 messages is acked (``list``), or only a replayed one, after the broker confirmed its
 original back in staging (``replay``); closing the channels gives every other message
-back to the broker, in order. A kill at any moment loses nothing: the broker requeues
-what the connection held. The rows, the filters (:mod:`sidecar.quarantine`) and
-the original's headers (:mod:`sidecar.settlement`, :mod:`sidecar.contract`) are the pure
-core's; this module must not decide what a row says or how a replay is stamped.
+back to the broker, in order, and a command ends once the queue counts them ready again.
+A kill at any moment loses nothing: the broker requeues what the connection held. The
+rows, the filters (:mod:`sidecar.quarantine`) and the original's headers
+(:mod:`sidecar.settlement`, :mod:`sidecar.contract`) are the pure core's; this module must
+not decide what a row says or how a replay is stamped.
 """
 
 from __future__ import annotations
@@ -21,7 +22,13 @@ from sidecar.amqp import ChannelLostError, PublishOutcome, connect
 from sidecar.contract import stamp_replay
 from sidecar.errors import WireError
 from sidecar.quarantine import row_of
-from sidecar.quarantine_reader import INTERRUPTIONS, QuarantineInputError, QueueReader, queue_depth
+from sidecar.quarantine_reader import (
+    INTERRUPTIONS,
+    RETURN_WAIT_S,
+    QuarantineInputError,
+    QueueReader,
+    queue_depth,
+)
 from sidecar.settlement import ORIGINAL_HEADER_BYTES, QUARANTINED_FROM, original_headers
 
 if TYPE_CHECKING:
@@ -88,6 +95,7 @@ class ReadReport:
     selected: int = 0
     shrank: bool = False
     interrupted: str | None = None  # why the reading stopped early: the connection, the queue
+    not_back: int = 0  # given back, but not yet counted ready again when the command ended
 
     def notes(self) -> list[str]:
         """Return the lines that tell the operator what the reading could not see."""
@@ -102,6 +110,12 @@ class ReadReport:
         if self.interrupted is not None:
             lines.append(
                 f"interrupted: {self.interrupted}; every message not acked is back in the queue"
+            )
+        if self.not_back:
+            lines.append(
+                f"{self.not_back} message(s) given back were not yet counted ready in the queue"
+                f" after {RETURN_WAIT_S:g}s (another consumer may hold them): a command started"
+                " now may not see them"
             )
         return lines
 
@@ -134,6 +148,7 @@ async def list_messages(
     finally:
         report.read, report.shrank = reader.read, reader.shrank
         await reader.close()
+        report.not_back = reader.not_back
     return report
 
 
@@ -314,7 +329,9 @@ async def replay_messages(
                 else:
                     await room.acquire()  # in order: publishes leave in the queue's order
                     tasks.create_task(
-                        _replay_one(publisher, held, plan, report, room),
+                        _replay_one(
+                            held, plan, reader=reader, publisher=publisher, report=report, room=room
+                        ),
                         name=f"replay-{reader.read}",
                     )
                 bar.update(report)
@@ -327,6 +344,7 @@ async def replay_messages(
         bar.update(report)
         bar.end()
         await reader.close()
+        report.read.not_back = reader.not_back
         await publisher.close()
     return report
 
@@ -347,7 +365,13 @@ async def _dry(
 
 
 async def _replay_one(
-    publisher: Channel, held: Held, plan: Replay, report: ReplayReport, room: asyncio.Semaphore
+    held: Held,
+    plan: Replay,
+    *,
+    reader: QueueReader,
+    publisher: Channel,
+    report: ReplayReport,
+    room: asyncio.Semaphore,
 ) -> None:
     try:
         outcome = await publisher.publish(
@@ -370,7 +394,7 @@ async def _replay_one(
     match outcome:
         case PublishOutcome.CONFIRMED:
             # Only now: the original is in staging, so the copy can go.
-            if await held.channel.ack(held.delivery.delivery_tag):
+            if await reader.ack(held):
                 report.replayed += 1
             else:
                 report.duplicates += 1

@@ -4,8 +4,8 @@ Python's default for SIGTERM ends the process at once (exit -15), and the import
 route map's parsing take a few hundred milliseconds before the service installs its own
 handlers (:meth:`sidecar.service.Service.run`): a stop sent then (a rollout that changes its
 mind, the fault suite's restart-and-stop) must still be a clean exit 0. :func:`hold` is the
-first thing ``python -m sidecar run`` does (and ``acemq-sidecar run`` as soon as it can); it
-only notes the signal, and the service, once its handlers are in place, acts on it.
+first thing ``acemq-sidecar run`` and ``python -m sidecar run`` do (:mod:`sidecar.console`);
+it only notes the signal, and the service, once its handlers are in place, acts on it.
 
 It imports only the interpreter's built-in ``_signal``: :mod:`signal` would import
 :mod:`enum` first, and those milliseconds are the window in which a SIGTERM still kills.
