@@ -41,8 +41,8 @@ if TYPE_CHECKING:
     from typing import Any
 
     from sidecar.amqp import AckChannel, Consumer, RelayConnection
-    from sidecar.delivery import Delivery
     from sidecar.route_state import RouteState
+    from sidecar.wire import Delivery
 
 __all__ = ["InFlightWindow", "RouteConsumer"]
 

@@ -23,7 +23,6 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from sidecar.address import BrokerAddress
 from sidecar.contract import Publishers
 from sidecar.errors import BrokerAddressError
 from sidecar.producers import DEFAULT_PRODUCERS_PER_ROUTE
@@ -37,6 +36,7 @@ from sidecar.route_map import (
 )
 from sidecar.route_text import show
 from sidecar.route_yaml import ProblemError
+from sidecar.wire import BrokerAddress
 
 __all__ = ["DEFAULT_BROKER_URL", "RouteMapFile", "route_map_json_schema", "split_listen"]
 

@@ -38,12 +38,12 @@ if TYPE_CHECKING:
     import random
 
     from sidecar.amqp import AckChannel, RelayConnection
-    from sidecar.delivery import Delivery
     from sidecar.publish_lane import PublishLane
     from sidecar.route_context import RouteContext
     from sidecar.route_log import RouteLog
     from sidecar.route_state import RouteState
     from sidecar.settlement import Plan
+    from sidecar.wire import Delivery
 
 __all__ = ["Settler"]
 
