@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 from sidecar import startup_signals
 from sidecar.contract import normalise
+from sidecar.contract.vectors import VectorError, message_from_json, run_vector, verdict_to_json
 from sidecar.errors import ConfigError, TlsFileError
 from sidecar.logs import LEVELS, parse_level
-from sidecar.vectors import VectorError, message_from_json, run_vector, verdict_to_json
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine, Sequence

@@ -24,8 +24,8 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from sidecar.contract import Publishers
+from sidecar.contract.producers import DEFAULT_PRODUCERS_PER_ROUTE
 from sidecar.errors import BrokerAddressError
-from sidecar.producers import DEFAULT_PRODUCERS_PER_ROUTE
 from sidecar.route_map import (
     DEFAULT_CONSUMER_TIMEOUT_S,
     DEFAULT_MAX_IN_FLIGHT_BYTES,

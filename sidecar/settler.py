@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, assert_never
 from sidecar.amqp import ChannelLostError, MissingEntityError
 from sidecar.backoff import Backoff
 from sidecar.contract import Policy
+from sidecar.contract.producers import producer_of
 from sidecar.plan_publisher import PlanPublisher
-from sidecar.producers import producer_of
 from sidecar.route_state import HeldDelivery
 from sidecar.routes import Mode
 from sidecar.settlement import (

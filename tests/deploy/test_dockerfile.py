@@ -287,7 +287,8 @@ def test_the_compile_step_builds_an_installed_copy_that_passes_the_vectors(
         check=False,
     )
     assert compiled.returncode == 0, compiled.stdout + compiled.stderr
-    assert "compiled: sidecar.contract, sidecar.wire, sidecar.wire.fields," in compiled.stdout
+    assert "compiled: sidecar.contract, sidecar.contract.names," in compiled.stdout
+    assert "sidecar.wire, sidecar.wire.fields, sidecar.wire.decode," in compiled.stdout
     assert not (tmp_path / ".mypy_cache").exists()
     assert not (tmp_path / "build").exists()
     check = (
