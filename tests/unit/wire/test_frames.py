@@ -29,8 +29,7 @@ from sidecar.wire import (
     parse_return,
     publish_frames,
 )
-
-from .strategies import field_table_bytes, field_tables, same_typed
+from tests.unit.strategies import field_table_bytes, field_tables, same_typed
 
 install_codec()
 
