@@ -39,7 +39,7 @@ RUN pip wheel --no-cache-dir --no-deps --no-build-isolation --wheel-dir /wheels 
  && pip --python /opt/acemq-sidecar/bin/python install --no-cache-dir --no-deps \
       /wheels/acemq_sidecar-*.whl \
  && /opt/acemq-sidecar/bin/acemq-sidecar --help >/dev/null
-# The compiled build: the pure hot modules (contract, wire, frames) compiled with mypyc in
+# The compiled build: the pure hot packages (contract, wire) compiled with mypyc in
 # the environment, next to their sources, which Python then no longer imports (README,
 # "Performance"). The compiler, mypy and setuptools stay in this stage; Debian's gcc is
 # the base image's release's, not pinned further (its old versions leave the mirror).
