@@ -47,9 +47,8 @@ COPY sidecar ./sidecar
 COPY scripts/compile ./scripts/compile
 # The wheel is built with the pinned backend (no isolated, unpinned download) and
 # installed alone, so it cannot pull in anything the lock does not name. Then the
-# compiled build: the pure hot modules (contract, wire, frames) compiled with mypyc in the
-# environment, next to their sources, which Python then no longer imports (README,
-# "Performance").
+# compiled build: the pure hot packages (contract, wire) compiled with mypyc in the
+# environment, next to their sources, which Python then no longer imports (docs/performance.md).
 RUN pip wheel --no-cache-dir --no-deps --no-build-isolation --wheel-dir /wheels . \
  && pip --python /opt/acemq-sidecar/bin/python install --no-cache-dir --no-deps \
       /wheels/acemq_sidecar-*.whl \

@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 from sidecar import startup_signals
 from sidecar.contract import normalise
+from sidecar.contract.vectors import VectorError, message_from_json, run_vector, verdict_to_json
 from sidecar.errors import ConfigError, TlsFileError
 from sidecar.logs import LEVELS, parse_level
-from sidecar.vectors import VectorError, message_from_json, run_vector, verdict_to_json
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine, Sequence
@@ -199,8 +199,8 @@ def _quarantine(args: argparse.Namespace) -> int:
 
 
 def _broker_target(config: str | None, url: str | None) -> quarantine_tool.BrokerTarget:
-    from sidecar.address import BrokerAddress  # noqa: PLC0415
     from sidecar.quarantine_tool import BrokerTarget  # noqa: PLC0415
+    from sidecar.wire import BrokerAddress  # noqa: PLC0415
 
     if config is not None:
         from sidecar.route_files import load_config  # noqa: PLC0415

@@ -1,7 +1,7 @@
 """Connecting to the broker: which address next, and how long to wait before trying again.
 
 This module owns the attempts: the failover ring of the broker's addresses (shuffled once
-per process, ``sidecar.failover``), the one backoff the attempts and the lost sessions
+per process, ``sidecar.wire.failover``), the one backoff the attempts and the lost sessions
 share, the TLS context built afresh for every attempt, and the log lines of an address
 that did not answer or a connection that was lost. It runs no session: ``sidecar.service``
 does, between a ``connect`` and the ``after_session`` that follows it.
@@ -15,18 +15,18 @@ from typing import TYPE_CHECKING
 from sidecar.amqp import connect
 from sidecar.backoff import Backoff
 from sidecar.errors import TlsFileError
-from sidecar.failover import Failover
 from sidecar.tls import client_context
 from sidecar.waits import sleep_unless
+from sidecar.wire import Failover
 
 if TYPE_CHECKING:
     import asyncio
     import random
     import ssl
 
-    from sidecar.address import BrokerAddress
     from sidecar.amqp import Connection
     from sidecar.route_map import BrokerConfig
+    from sidecar.wire import BrokerAddress
 
 __all__ = ["HEALTHY_SESSION_S", "Dialer"]
 

@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING
 from prometheus_client import Counter, Gauge
 
 from sidecar.contract import APP_LABEL, LEGACY_NAMES, UNKNOWN_RESERVED_LABEL, Kind
+from sidecar.contract.producers import DEFAULT_PRODUCERS_PER_ROUTE, UNKNOWN, ProducerLabels
 from sidecar.plain_series import Cell, PlainCounters, SettledSeries, Tally
-from sidecar.producers import DEFAULT_PRODUCERS_PER_ROUTE, UNKNOWN, ProducerLabels
 from sidecar.settlement import Outcome
 
 if TYPE_CHECKING:

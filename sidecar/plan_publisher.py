@@ -14,7 +14,6 @@ import logging
 from typing import TYPE_CHECKING, assert_never
 
 from sidecar.amqp import ChannelClosedError, ChannelLostError, MissingEntityError
-from sidecar.delivery import PublishOutcome
 from sidecar.errors import WireError
 from sidecar.settlement import (
     Copy,
@@ -28,18 +27,18 @@ from sidecar.settlement import (
     unwritable_quarantine,
 )
 from sidecar.settlement_holds import after_refusal, slow_confirm
+from sidecar.wire import PublishOutcome
 
 if TYPE_CHECKING:
     import asyncio
 
     from sidecar.amqp import AckChannel, Publisher
     from sidecar.contract import PropertyValue
-    from sidecar.delivery import Delivery
     from sidecar.publish_lane import PublishLane
     from sidecar.route_context import RouteContext
     from sidecar.route_state import HeldDelivery
     from sidecar.settlement import Decision, Plan
-    from sidecar.wire import FieldValue
+    from sidecar.wire import Delivery, FieldValue
 
 __all__ = ["CONFIRM_TIMEOUT_S", "PlanPublisher"]
 

@@ -15,7 +15,7 @@ from sidecar.health import Probe
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
-    from sidecar.address import BrokerAddress
+    from sidecar.wire import BrokerAddress
 
 __all__ = ["liveness", "readiness"]
 

@@ -35,13 +35,12 @@ if TYPE_CHECKING:
     import ssl
     from collections.abc import Callable
 
-    from sidecar.address import BrokerAddress
     from sidecar.amqp import Channel, Connection, Delivery
     from sidecar.clock import Clock
     from sidecar.contract import PropertyValue
     from sidecar.quarantine import QuarantinedMessage, Selection
     from sidecar.quarantine_reader import Held
-    from sidecar.wire import FieldValue
+    from sidecar.wire import BrokerAddress, FieldValue
 
 __all__ = [
     "BrokerTarget",

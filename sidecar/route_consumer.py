@@ -42,8 +42,8 @@ if TYPE_CHECKING:
 
     from sidecar.amqp import AckChannel, Consumer, RelayConnection
     from sidecar.clock import Clock
-    from sidecar.delivery import Delivery
     from sidecar.route_state import RouteState
+    from sidecar.wire import Delivery
 
 __all__ = ["InFlightWindow", "RouteConsumer"]
 

@@ -11,7 +11,7 @@ from sidecar.settlement import bounded, log_origin, reason_kind
 
 if TYPE_CHECKING:
     from sidecar.contract import Verdict
-    from sidecar.delivery import Delivery
+    from sidecar.wire import Delivery
 
 __all__ = ["LOG_INTERVAL_S", "RouteLog"]
 

@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-from sidecar.address import host_port
 from sidecar.contract import Publishers
+from sidecar.wire import host_port
 
 if TYPE_CHECKING:
-    from sidecar.address import BrokerAddress
+    from sidecar.wire import BrokerAddress
 
 __all__ = [
     "BrokerConfig",

@@ -45,8 +45,8 @@ if TYPE_CHECKING:
     import os
     from collections.abc import Callable, Mapping
 
-    from sidecar.address import BrokerAddress
     from sidecar.route_yaml import KeyPath, TreeReader
+    from sidecar.wire import BrokerAddress
 
 __all__ = ["load_route_map", "parse_route_map"]
 

@@ -23,10 +23,9 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from sidecar.address import BrokerAddress
 from sidecar.contract import Publishers
+from sidecar.contract.producers import DEFAULT_PRODUCERS_PER_ROUTE
 from sidecar.errors import BrokerAddressError
-from sidecar.producers import DEFAULT_PRODUCERS_PER_ROUTE
 from sidecar.route_map import (
     DEFAULT_CONSUMER_TIMEOUT_S,
     DEFAULT_MAX_IN_FLIGHT_BYTES,
@@ -37,6 +36,7 @@ from sidecar.route_map import (
 )
 from sidecar.route_text import show
 from sidecar.route_yaml import ProblemError
+from sidecar.wire import BrokerAddress
 
 __all__ = ["DEFAULT_BROKER_URL", "RouteMapFile", "route_map_json_schema", "split_listen"]
 

@@ -32,11 +32,11 @@ if TYPE_CHECKING:
 
     from prometheus_client import CollectorRegistry
 
-    from sidecar.address import BrokerAddress
     from sidecar.amqp import Connection
     from sidecar.clock import Clock
     from sidecar.health import Probe
     from sidecar.route_map import RouteMap
+    from sidecar.wire import BrokerAddress
 
 __all__ = ["Service"]
 

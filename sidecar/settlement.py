@@ -26,15 +26,13 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, TypeAlias, assert_never
 
 from sidecar.contract import ERROR, ORIGIN, Policy, Reject, Relay, move_user_id, normalise
-from sidecar.delivery import PublishOutcome
-from sidecar.wire import ByteArray
+from sidecar.wire import ByteArray, PublishOutcome
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
     from sidecar.contract import PropertyValue, Verdict
-    from sidecar.delivery import Delivery, UnreadHeader
-    from sidecar.wire import FieldValue
+    from sidecar.wire import Delivery, FieldValue, UnreadHeader
 
 __all__ = [
     "ORIGINAL_ERROR",

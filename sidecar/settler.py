@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, assert_never
 from sidecar.amqp import ChannelLostError, MissingEntityError
 from sidecar.backoff import Backoff
 from sidecar.contract import Policy
+from sidecar.contract.producers import producer_of
 from sidecar.plan_publisher import PlanPublisher
-from sidecar.producers import producer_of
 from sidecar.route_state import HeldDelivery
 from sidecar.routes import Mode
 from sidecar.settlement import (
@@ -38,12 +38,12 @@ if TYPE_CHECKING:
     import random
 
     from sidecar.amqp import AckChannel, RelayConnection
-    from sidecar.delivery import Delivery
     from sidecar.publish_lane import PublishLane
     from sidecar.route_context import RouteContext
     from sidecar.route_log import RouteLog
     from sidecar.route_state import RouteState
     from sidecar.settlement import Plan
+    from sidecar.wire import Delivery
 
 __all__ = ["Settler"]
 

@@ -2,7 +2,7 @@
 
 A lean client on an asyncio protocol, built for one job: consume, publish with confirms,
 ack. The frames every message crosses are read and written by our own codec
-(:mod:`sidecar.frames`); the rare ones go through pamqp behind one hook
+(:mod:`sidecar.wire.frames`); the rare ones go through pamqp behind one hook
 (:mod:`sidecar.amqp.codec`, and :mod:`sidecar.amqp.handshake` for channel 0). The relay
 talks to it through the Protocols of :mod:`sidecar.amqp.protocols`. Import from here,
 never from a submodule: import-linter holds everyone else to this face.
@@ -13,7 +13,7 @@ heartbeats), ``frame_reader`` (the bytes cut into frames, each to its channel),
 channel's state machine), ``channel`` (consume, publish, ack on it), ``inbound`` (its
 deliveries to the consumer, its returns to their publish), ``acks`` and ``confirms`` (its
 settlement bookkeeping), ``content`` (messages put together from their frames, as
-:mod:`sidecar.delivery`'s values), ``codec`` (pamqp), ``protocols`` (what the relay needs).
+:mod:`sidecar.wire.delivery`'s values), ``codec`` (pamqp), ``protocols`` (what the relay needs).
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ from sidecar.amqp.protocols import (
     RelayChannel,
     RelayConnection,
 )
-from sidecar.delivery import Delivery, PublishOutcome
 from sidecar.errors import (
     BrokerConnectionError,
     ChannelClosedError,
@@ -40,7 +39,7 @@ from sidecar.errors import (
     MissingEntityError,
     SidecarChannelError,
 )
-from sidecar.frames import UndecodableTable
+from sidecar.wire import Delivery, PublishOutcome, UndecodableTable
 
 __all__ = [
     "AckChannel",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sidecar.frames import ack_frame
+from sidecar.wire import ack_frame
 
 if TYPE_CHECKING:
     import asyncio

@@ -6,7 +6,7 @@ publishes and acks; a closing one still hands over the deliveries already on the
 together (:mod:`sidecar.amqp.acks`); publishes are settled by the broker's confirms and
 returns (:mod:`sidecar.amqp.confirms`); deliveries and returns, as they come in, go to
 their consumer and their publish (:mod:`sidecar.amqp.inbound`). The hot frames come from
-:mod:`sidecar.frames`, the write from the link.
+:mod:`sidecar.wire.frames`, the write from the link.
 
 While the broker pauses the channel (``channel.flow``), a publish waits before sending. A
 consumer the broker cancels (its queue deleted) ends ``wait_closed`` but not the channel:
@@ -30,29 +30,28 @@ from sidecar.amqp.confirms import NOT_FOUND, Confirms
 from sidecar.amqp.inbound import Inbound
 from sidecar.amqp.lifecycle import CLOSE_TIMEOUT_S, ChannelLife
 from sidecar.contract import ID
-from sidecar.delivery import PublishOutcome
 from sidecar.errors import ChannelClosedError, ChannelLostError, MissingEntityError, WireError
-from sidecar.frames import (
+from sidecar.wire import (
     BASIC_ACK,
     BASIC_CANCEL,
     BASIC_DELIVER,
     BASIC_NACK,
     BASIC_RETURN,
+    PublishOutcome,
     UndecodableTable,
     parse_confirm,
     parse_deliver,
     parse_return,
     publish_frames,
 )
-from sidecar.frames import content_header as encode_content_header
+from sidecar.wire import content_header as encode_content_header
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine, Mapping
 
     from sidecar.amqp.lifecycle import ChannelLink
     from sidecar.contract import PropertyValue
-    from sidecar.delivery import Delivery, UnreadHeader
-    from sidecar.wire import FieldValue
+    from sidecar.wire import Delivery, FieldValue, UnreadHeader
 
 __all__ = ["Channel"]
 

@@ -26,8 +26,14 @@ from pamqp.exceptions import PAMQPException
 
 from sidecar.amqp.violations import FrameError
 from sidecar.errors import SidecarError, WireError
-from sidecar.frames import UndecodableTable, put_shortstr, read_shortstr
-from sidecar.wire import Timestamp, decode_table_for_pamqp, encode_table_for_pamqp
+from sidecar.wire import (
+    Timestamp,
+    UndecodableTable,
+    decode_table_for_pamqp,
+    encode_table_for_pamqp,
+    put_shortstr,
+    read_shortstr,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

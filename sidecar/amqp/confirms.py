@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from sidecar.contract import ID
-from sidecar.delivery import PublishOutcome
 from sidecar.errors import ChannelClosedError, ChannelLostError, MissingEntityError
+from sidecar.wire import PublishOutcome
 
 if TYPE_CHECKING:
     import asyncio
 
-    from sidecar.frames import BasicReturn, ContentHeader
+    from sidecar.wire import BasicReturn, ContentHeader
 
 __all__ = ["Confirms"]
 

@@ -29,7 +29,7 @@ from sidecar.errors import (
 if TYPE_CHECKING:
     import ssl
 
-    from sidecar.address import BrokerAddress
+    from sidecar.wire import BrokerAddress
 
 __all__ = ["Connection", "QueueCounts", "connect"]
 

@@ -1,6 +1,6 @@
 """How a message is put together from its method, content header and body frames.
 
-The values it makes are :mod:`sidecar.delivery`'s (pure, so the relay's decisions and
+The values it makes are :mod:`sidecar.wire.delivery`'s (pure, so the relay's decisions and
 their tests need no client). A content header whose properties cannot be read still makes
 a delivery: its property bytes travel as an :class:`UndecodableTable`, so the relay
 quarantines the message instead of the connection dropping on every redelivery; so does
@@ -16,13 +16,14 @@ from types import MappingProxyType
 from typing import Final, NamedTuple
 
 from sidecar.amqp.violations import FrameError, UnexpectedFrameError
-from sidecar.delivery import Delivery, UnreadHeader
 from sidecar.errors import WireError
-from sidecar.frames import (
+from sidecar.wire import (
     BasicDeliver,
     BasicReturn,
     ContentHeader,
+    Delivery,
     UndecodableTable,
+    UnreadHeader,
     parse_content_header,
 )
 

@@ -22,9 +22,8 @@ import struct
 from typing import Final, Protocol
 
 from sidecar.amqp.violations import FrameError
-from sidecar.delivery import UnreadHeader
 from sidecar.errors import ChannelLostError, WireError
-from sidecar.frames import (
+from sidecar.wire import (
     FRAME_BODY,
     FRAME_END,
     FRAME_HEADER,
@@ -32,6 +31,7 @@ from sidecar.frames import (
     FRAME_METHOD,
     HEADER,
     METHOD,
+    UnreadHeader,
 )
 
 __all__ = [

@@ -26,11 +26,11 @@ from sidecar import __version__
 from sidecar.amqp.link import CHANNEL_MAX, FRAME_MAX_CEILING
 from sidecar.amqp.violations import FrameError
 from sidecar.errors import BrokerConnectionError
-from sidecar.frames import FRAME_END, FRAME_METHOD, HEADER
+from sidecar.wire import FRAME_END, FRAME_METHOD, HEADER
 
 if TYPE_CHECKING:
-    from sidecar.address import BrokerAddress
     from sidecar.amqp.link import Link
+    from sidecar.wire import BrokerAddress
 
 __all__ = [
     "CAPABILITIES",

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from sidecar.amqp.content import Content, ContentReader, delivery_of
 from sidecar.amqp.lifecycle import ChannelState
-from sidecar.frames import BasicReturn
+from sidecar.wire import BasicReturn
 
 if TYPE_CHECKING:
     import asyncio
@@ -24,8 +24,7 @@ if TYPE_CHECKING:
 
     from sidecar.amqp.acks import Acks
     from sidecar.amqp.confirms import Confirms
-    from sidecar.delivery import Delivery, UnreadHeader
-    from sidecar.frames import BasicDeliver
+    from sidecar.wire import BasicDeliver, Delivery, UnreadHeader
 
 __all__ = ["Inbound", "InboundChannel"]
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Final, cast
 from sidecar.amqp.frame_reader import ChannelEnd, ControlEnd, FrameReader, NotAmqpError
 from sidecar.amqp.violations import FRAME_ERROR, INTERNAL_ERROR, FrameError
 from sidecar.errors import BrokerConnectionError, ChannelLostError, WireError
-from sidecar.frames import HEARTBEAT
+from sidecar.wire import HEARTBEAT
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -14,9 +14,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine, Mapping
 
     from sidecar.contract import PropertyValue
-    from sidecar.delivery import Delivery, PublishOutcome
-    from sidecar.frames import UndecodableTable
-    from sidecar.wire import FieldValue
+    from sidecar.wire import Delivery, FieldValue, PublishOutcome, UndecodableTable
 
 __all__ = ["AckChannel", "Consumer", "Publisher", "RelayChannel", "RelayConnection"]
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from sidecar.address import BrokerAddress
+from sidecar.wire import BrokerAddress
 from tests.cluster.nodes import Cluster, three_node_cluster
 from tests.e2e.conftest import Sidecar, eventually
 from tests.faults.conftest import (

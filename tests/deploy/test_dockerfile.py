@@ -359,7 +359,7 @@ def build_stage(tmp_path_factory: pytest.TempPathFactory) -> BuildStage:
     [wheel] = wheels.glob("acemq_sidecar-*.whl")
     _run(*into_env, "--quiet", "--no-deps", wheel)
     site_packages = env / "lib" / "python3.11" / "site-packages"
-    assert (site_packages / "sidecar" / "contract.py").is_file()
+    assert (site_packages / "sidecar" / "contract" / "__init__.py").is_file()
     return BuildStage(stage_python=stage_python, env=env, site_packages=site_packages)
 
 
@@ -377,7 +377,9 @@ def _compile(stage: BuildStage, *, python: Path) -> subprocess.CompletedProcess[
 def _passes_the_vectors_compiled(stage: BuildStage) -> None:
     """The environment's own interpreter imports the compiled modules and conforms."""
     check = (
-        "import sys, runpy; import sidecar.contract as c, sidecar.wire as w, sidecar.frames as f;"
+        "import sys, runpy;"
+        "import sidecar.contract.normalise as c, sidecar.wire.decode as w,"
+        " sidecar.wire.frames as f;"
         "assert all(m.__file__.endswith('.so') for m in (c, w, f)), (c.__file__, w.__file__);"
         "assert c.__file__.startswith(sys.argv[2]), c.__file__;"
         "sys.argv = ['acemq-sidecar', 'conform', sys.argv[1]];"
@@ -408,7 +410,8 @@ def test_the_compile_step_builds_the_images_environment_and_it_passes_the_vector
     assert (build_stage.site_packages / "typing_extensions.py").is_file()
     compiled = _compile(build_stage, python=build_stage.stage_python)
     assert compiled.returncode == 0, compiled.stdout + compiled.stderr
-    assert "compiled: sidecar.contract, sidecar.wire, sidecar.frames" in compiled.stdout
+    assert "compiled: sidecar.contract, sidecar.contract.names," in compiled.stdout
+    assert "sidecar.wire, sidecar.wire.fields, sidecar.wire.decode," in compiled.stdout
     for leftover in (".mypy_cache", "build", "build.log"):
         assert not (build_stage.site_packages / leftover).exists(), leftover
     _passes_the_vectors_compiled(build_stage)

@@ -17,9 +17,9 @@ import pytest
 from pamqp.commands import Basic
 
 from sidecar import quarantine_tool
-from sidecar.address import BrokerAddress
 from sidecar.clock import Clock
 from sidecar.quarantine import Selection
+from sidecar.wire import BrokerAddress
 from tests.conftest import REPO
 from tests.e2e.conftest import (
     Sidecar,

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from sidecar.address import BrokerAddress
 from sidecar.amqp import ConnectFailedError, PublishOutcome, connect
+from sidecar.wire import BrokerAddress
 from tests.e2e.conftest import (
     Sidecar,
     declare_flow,

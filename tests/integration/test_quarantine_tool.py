@@ -20,10 +20,17 @@ from typing import Any
 import aiormq.abc
 import pytest
 
-from sidecar.delivery import Delivery
-from sidecar.frames import UndecodableTable
 from sidecar.settlement import quarantine_copy
-from sidecar.wire import ByteArray, Float32, Int8, Int32, Int64, Timestamp
+from sidecar.wire import (
+    ByteArray,
+    Delivery,
+    Float32,
+    Int8,
+    Int32,
+    Int64,
+    Timestamp,
+    UndecodableTable,
+)
 from tests.conftest import REPO
 from tests.lag_proxy import LagProxy
 from tests.support import Broker

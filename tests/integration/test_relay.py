@@ -14,8 +14,8 @@ import pytest
 from pamqp.commands import Basic
 
 from sidecar.contract import ERROR as ERROR_HEADER
+from sidecar.contract.vectors import to_json
 from sidecar.settlement import QUARANTINED_FROM
-from sidecar.vectors import to_json
 from sidecar.wire import (
     ByteArray,
     Float32,

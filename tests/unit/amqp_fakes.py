@@ -12,7 +12,7 @@ from pamqp import frame as pamqp_frame
 from pamqp import header as pamqp_header
 
 from sidecar.amqp import Channel
-from sidecar.frames import HEADER, parse_confirm
+from sidecar.wire import HEADER, parse_confirm
 
 
 class FakeLink:

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sidecar.delivery import PublishOutcome
 from sidecar.publish_gate import PROBE_ROUTING_KEY
+from sidecar.wire import PublishOutcome
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping

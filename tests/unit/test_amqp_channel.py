@@ -13,7 +13,7 @@ from pamqp import header as pamqp_header
 from sidecar.amqp import Channel, ChannelLostError, Delivery, PublishOutcome, codec, install_codec
 from sidecar.amqp import channel as channel_module
 from sidecar.amqp.link import WRITE_BATCH_BYTES, Link
-from sidecar.frames import HEARTBEAT
+from sidecar.wire import HEARTBEAT
 
 from .amqp_fakes import FakeLink, FakeTransport, control, opened, payload_of
 

@@ -18,8 +18,7 @@ from sidecar.amqp.frame_reader import (
     NotAmqpError,
 )
 from sidecar.amqp.violations import FrameError
-from sidecar.delivery import UnreadHeader
-from sidecar.frames import FRAME_HEADER, HEADER
+from sidecar.wire import FRAME_HEADER, HEADER, UnreadHeader
 
 from .test_amqp_link import RecordingEnd, delivery_frames
 

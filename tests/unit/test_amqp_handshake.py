@@ -8,7 +8,6 @@ import logging
 import pytest
 from pamqp import commands as spec
 
-from sidecar.address import BrokerAddress
 from sidecar.amqp import (
     BrokerConnectionError,
     ChannelState,
@@ -18,6 +17,7 @@ from sidecar.amqp import (
     connect,
 )
 from sidecar.errors import SidecarError
+from sidecar.wire import BrokerAddress
 from tests.scripted_broker import ScriptedBroker, refuse, silent
 
 BOUND_S = 10  # no test waits longer than this for anything

@@ -12,8 +12,7 @@ from sidecar.amqp.acks import Acks
 from sidecar.amqp.confirms import Confirms
 from sidecar.amqp.inbound import Inbound
 from sidecar.amqp.lifecycle import ChannelState
-from sidecar.delivery import Delivery
-from sidecar.frames import parse_deliver, parse_return
+from sidecar.wire import Delivery, parse_deliver, parse_return
 
 from .amqp_fakes import payload_of
 

@@ -13,8 +13,7 @@ from pamqp import header as pamqp_header
 
 from sidecar.amqp import BrokerConnectionError, Channel, ChannelLostError, install_codec
 from sidecar.amqp.link import WRITE_BATCH_BYTES, WRITE_BUFFER_HIGH, Link
-from sidecar.delivery import UnreadHeader
-from sidecar.frames import BASIC_DELIVER, HEARTBEAT
+from sidecar.wire import BASIC_DELIVER, HEARTBEAT, UnreadHeader
 
 from .amqp_fakes import FakeLink, FakeTransport
 

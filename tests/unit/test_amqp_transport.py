@@ -18,7 +18,6 @@ import pytest
 from pamqp import commands as spec
 from pamqp import decode as pamqp_decode
 
-from sidecar.address import BrokerAddress
 from sidecar.amqp import (
     Channel,
     ChannelLostError,
@@ -29,9 +28,9 @@ from sidecar.amqp import (
     connect,
 )
 from sidecar.amqp.link import FRAME_MAX_CEILING
-from sidecar.frames import FRAME_END, FRAME_HEADER, HEADER
 from sidecar.route_map import TlsConfig
 from sidecar.tls import client_context
+from sidecar.wire import FRAME_END, FRAME_HEADER, HEADER, BrokerAddress
 from tests.scripted_broker import ScriptedBroker
 from tests.tls_files import TlsFiles, make_tls_files
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sidecar.cli import build_parser, main
-from tests.unit.test_contract_vectors import VECTORS
+from tests.unit.contract.test_contract_vectors import VECTORS
 
 
 def test_conform_passes_the_conformance_vectors(capsys: pytest.CaptureFixture[str]) -> None:

@@ -16,7 +16,6 @@ from typing import Any, cast
 import pytest
 from prometheus_client import CollectorRegistry
 
-from sidecar.address import BrokerAddress
 from sidecar.amqp import RelayConnection
 from sidecar.clock import Clock
 from sidecar.fleet import RouteFleet
@@ -32,6 +31,7 @@ from sidecar.route_map import (
     RouteMap,
     TlsConfig,
 )
+from sidecar.wire import BrokerAddress
 
 
 def route(name: str) -> Route:

@@ -19,7 +19,6 @@ from prometheus_client import CollectorRegistry
 
 from sidecar.amqp import ChannelLostError, Consumer, RelayConnection
 from sidecar.clock import Clock
-from sidecar.delivery import Delivery, PublishOutcome
 from sidecar.errors import WireError
 from sidecar.metrics import Metrics
 from sidecar.plan_publisher import PlanPublisher
@@ -38,6 +37,7 @@ from sidecar.settlement import (
     Quarantine,
     reason_only,
 )
+from sidecar.wire import Delivery, PublishOutcome
 from tests.unit.fake_publish import Answer, Publish, PublishRecorder
 
 QUARANTINE = "acemq.quarantine"

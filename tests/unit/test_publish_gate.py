@@ -14,7 +14,6 @@ import pytest
 from sidecar import connection_gate
 from sidecar.amqp import ChannelClosedError, ChannelLostError, Publisher, RelayConnection
 from sidecar.connection_gate import ConnectionGate
-from sidecar.delivery import PublishOutcome
 from sidecar.publish_gate import (
     PROBE_BODY,
     PROBE_ROUTING_KEY,
@@ -24,6 +23,7 @@ from sidecar.publish_gate import (
     admit,
     probe_again,
 )
+from sidecar.wire import PublishOutcome
 
 # --- the decisions ---
 

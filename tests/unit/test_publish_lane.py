@@ -12,10 +12,10 @@ from typing import cast
 import pytest
 
 from sidecar.amqp import ChannelClosedError, ChannelLostError, Publisher, RelayConnection
-from sidecar.delivery import PublishOutcome
 from sidecar.errors import WireError
 from sidecar.publish_gate import PROBE_ROUTING_KEY
 from sidecar.publish_lane import PublishLane
+from sidecar.wire import PublishOutcome
 from tests.unit.fake_publish import Answer, Publish, PublishRecorder
 
 

@@ -12,8 +12,8 @@ import pytest
 
 from sidecar import quarantine_reader
 from sidecar.amqp import ChannelLostError
-from sidecar.delivery import Delivery
 from sidecar.quarantine_reader import QueueReader
+from sidecar.wire import Delivery
 
 
 def delivery(tag: int) -> Delivery:

@@ -12,8 +12,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sidecar.cli import main
-from sidecar.delivery import Delivery, UnreadHeader
-from sidecar.frames import UndecodableTable
 from sidecar.quarantine_reader import CHANNELS_TARGET, PREFETCH_MAX, window_for
 from sidecar.quarantine_tool import (
     Progress,
@@ -24,7 +22,15 @@ from sidecar.quarantine_tool import (
     plan_replay,
 )
 from sidecar.settlement import quarantine_copy
-from sidecar.wire import ByteArray, FieldValue, Float32, Int32
+from sidecar.wire import (
+    ByteArray,
+    Delivery,
+    FieldValue,
+    Float32,
+    Int32,
+    UndecodableTable,
+    UnreadHeader,
+)
 
 NOW_MS = 1_790_000_000_123  # 2026-09-21T14:13:20.123Z
 

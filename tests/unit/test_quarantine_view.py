@@ -8,10 +8,9 @@ from typing import Any
 
 import pytest
 
-from sidecar.delivery import Delivery
 from sidecar.quarantine import QuarantinedMessage, Selection, format_rows, row_of
 from sidecar.settlement import quarantine_copy
-from sidecar.wire import Int64
+from sidecar.wire import Delivery, Int64
 
 NOW_MS = 1_790_000_060_000
 

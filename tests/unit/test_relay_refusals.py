@@ -27,7 +27,6 @@ from sidecar.amqp import (
 )
 from sidecar.clock import Clock
 from sidecar.contract import ERROR
-from sidecar.delivery import Delivery, PublishOutcome
 from sidecar.metrics import Metrics
 from sidecar.publish_lane import PublishLane
 from sidecar.route_context import RouteContext
@@ -35,7 +34,7 @@ from sidecar.route_log import RouteLog
 from sidecar.route_state import RouteState
 from sidecar.routes import Mode, Publishers, Route, RouteLimits
 from sidecar.settler import Settler
-from sidecar.wire import Int32, Int64
+from sidecar.wire import Delivery, Int32, Int64, PublishOutcome
 from tests.unit.fake_publish import Answer, Publish, PublishRecorder
 
 QUARANTINE = "acemq.quarantine"

@@ -18,7 +18,6 @@ from prometheus_client import CollectorRegistry
 from sidecar.amqp import ChannelLostError, MissingEntityError, RelayConnection
 from sidecar.clock import Clock
 from sidecar.contract import ERROR, Publishers
-from sidecar.delivery import Delivery, PublishOutcome
 from sidecar.errors import WireError
 from sidecar.metrics import Metrics
 from sidecar.publish_lane import PublishLane
@@ -27,7 +26,7 @@ from sidecar.route_log import RouteLog
 from sidecar.route_state import RouteState
 from sidecar.routes import Mode, Route
 from sidecar.settler import Settler
-from sidecar.wire import Int32, Int64
+from sidecar.wire import Delivery, Int32, Int64, PublishOutcome
 from tests.unit.fake_publish import Answer, Publish, PublishRecorder
 
 QUARANTINE = "acemq.quarantine"

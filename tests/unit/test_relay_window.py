@@ -26,12 +26,11 @@ from prometheus_client import CollectorRegistry
 
 from sidecar.amqp import RelayChannel, RelayConnection, UndecodableTable
 from sidecar.clock import Clock
-from sidecar.delivery import Delivery, PublishOutcome
 from sidecar.metrics import Metrics
 from sidecar.relay import RouteWorker
 from sidecar.route_context import RouteContext
 from sidecar.routes import Mode, Publishers, Route, RouteLimits
-from sidecar.wire import Int32, Int64
+from sidecar.wire import Delivery, Int32, Int64, PublishOutcome
 
 KIB = 1024
 Callback = Callable[[Delivery], Coroutine[Any, Any, None]]

@@ -8,7 +8,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sidecar.address import BrokerAddress
 from sidecar.reload_plan import ReloadPlan, plan_reload
 from sidecar.route_map import (
     BrokerConfig,
@@ -20,6 +19,7 @@ from sidecar.route_map import (
     RouteMap,
     TlsConfig,
 )
+from sidecar.wire import BrokerAddress
 
 BROKER = BrokerConfig(
     addresses=(BrokerAddress.parse("amqp://h/"),),

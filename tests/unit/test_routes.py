@@ -11,7 +11,6 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sidecar.address import BrokerAddress
 from sidecar.errors import ConfigError
 from sidecar.routes import (
     BrokerConfig,
@@ -28,6 +27,7 @@ from sidecar.routes import (
     parse_route_map,
     route_map_json_schema,
 )
+from sidecar.wire import BrokerAddress
 
 if TYPE_CHECKING:
     from pathlib import Path

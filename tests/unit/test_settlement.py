@@ -9,9 +9,7 @@ from typing import Any
 import pytest
 
 from sidecar.contract import ERROR, ORIGINAL_USER_ID, Policy, Publishers, Reject, Relay
-from sidecar.delivery import Delivery, PublishOutcome, UnreadHeader
 from sidecar.errors import WireError
-from sidecar.frames import UndecodableTable
 from sidecar.settlement import (
     ORIGINAL_ERROR,
     ORIGINAL_HEADER_BYTES,
@@ -39,7 +37,17 @@ from sidecar.settlement import (
     unwritable_quarantine,
 )
 from sidecar.settlement_holds import slow_confirm
-from sidecar.wire import ByteArray, FieldValue, Float32, Int32, Int64
+from sidecar.wire import (
+    ByteArray,
+    Delivery,
+    FieldValue,
+    Float32,
+    Int32,
+    Int64,
+    PublishOutcome,
+    UndecodableTable,
+    UnreadHeader,
+)
 
 NOW_MS = 1_790_000_000_000
 LOGIN = "sidecar"

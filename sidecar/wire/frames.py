@@ -22,13 +22,13 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Final, NamedTuple
 
 from sidecar.errors import WireError
-from sidecar.wire import decode_table, encode_table
+from sidecar.wire.decode import decode_table
+from sidecar.wire.encode import encode_table
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from sidecar.contract import PropertyValue
-    from sidecar.wire import FieldTable, FieldValue
+    from sidecar.wire.fields import FieldTable, FieldValue, PropertyValue
 
 __all__ = [
     "FRAME_BODY",

@@ -14,20 +14,22 @@ from pamqp import header as pamqp_header
 
 from sidecar.amqp import install_codec
 from sidecar.errors import WireError
-from sidecar.frames import (
+from sidecar.wire import (
     HEADER,
+    FieldValue,
+    Int8,
+    Int32,
     UndecodableTable,
     ack_frame,
     content_header,
+    encode_table,
     parse_confirm,
     parse_content_header,
     parse_deliver,
     parse_return,
     publish_frames,
 )
-from sidecar.wire import FieldValue, Int8, Int32, encode_table
-
-from .strategies import field_table_bytes, field_tables, same_typed
+from tests.unit.strategies import field_table_bytes, field_tables, same_typed
 
 install_codec()
 

@@ -6,16 +6,14 @@ tests can use them without the AMQP client; ``sidecar.amqp`` makes and re-export
 
 from __future__ import annotations
 
+# Mapping and the wire types are read at run time too: the compiled build (scripts/compile)
+# builds the dataclasses below from their annotations.
+from collections.abc import Mapping  # noqa: TC003
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from collections.abc import Mapping
-
-    from sidecar.contract import PropertyValue
-    from sidecar.frames import UndecodableTable
-    from sidecar.wire import FieldValue
+from sidecar.wire.fields import FieldValue, PropertyValue  # noqa: TC001
+from sidecar.wire.frames import UndecodableTable  # noqa: TC001
 
 __all__ = ["Delivery", "PublishOutcome", "UnreadHeader"]
 

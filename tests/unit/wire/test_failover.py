@@ -9,8 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sidecar.address import BrokerAddress
-from sidecar.failover import Failover
+from sidecar.wire import BrokerAddress, Failover
 
 NODES = tuple(BrokerAddress.parse(f"amqp://relay:pw@rabbit-{i}/") for i in range(3))
 

@@ -2,7 +2,8 @@
 
 Owns the mapping between the vectors' JSON notation (``{"$int32": 1}``, ``{"$bytes": ..}``)
 and ``sidecar.wire`` values, and the comparison of a verdict with a vector's ``expect``.
-Pure: callers read the files.
+Pure: callers read the files. Never compiled (scripts/compile): its dispatch on a value's
+class must see the int subclasses as the classes they are.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import struct
 from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
 
-from sidecar.contract import Kind, Policy, Publishers, Reject, Relay, normalise
+from sidecar.contract.normalise import normalise
+from sidecar.contract.verdict import Kind, Policy, Publishers, Reject, Relay
 from sidecar.errors import VectorError
 from sidecar.wire import (
     INT_BOUNDS,
@@ -32,7 +34,7 @@ from sidecar.wire import (
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from sidecar.contract import Verdict
+    from sidecar.contract.verdict import Verdict
     from sidecar.wire import FieldValue
 
 __all__ = [

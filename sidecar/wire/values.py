@@ -1,6 +1,6 @@
 """The typed AMQP field values: integers, floats and bytes that remember their wire tag.
 
-:mod:`sidecar.wire` owns what they mean (its docstring maps each to its tag) and
+:mod:`sidecar.wire` owns what they mean (its face maps each to its tag) and
 re-exports them: import them from there. They live here, in a module that is never
 compiled, because mypyc (the optional compiled build, scripts/compile) cannot compile
 subclasses of ``int``, ``float`` and ``bytes``. Pure: classes only.

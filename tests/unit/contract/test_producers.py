@@ -1,4 +1,4 @@
-"""producer_of and ProducerLabels: a bounded, id-free producer label (sidecar.producers)."""
+"""producer_of and ProducerLabels: a bounded, id-free label (sidecar.contract.producers)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sidecar.contract import Publishers
-from sidecar.producers import OTHER, UNKNOWN, ProducerLabels, producer_of
+from sidecar.contract.producers import OTHER, UNKNOWN, ProducerLabels, producer_of
 
 
 @pytest.mark.parametrize(

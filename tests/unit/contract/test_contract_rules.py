@@ -22,7 +22,7 @@ from sidecar.contract import (
     move_user_id,
     normalise,
 )
-from sidecar.vectors import from_json, to_json
+from sidecar.contract.vectors import from_json, to_json
 from sidecar.wire import (
     ByteArray,
     FieldValue,

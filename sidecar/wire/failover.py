@@ -16,10 +16,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+# Read at run time too: the compiled build (scripts/compile) builds the dataclass below
+# from its annotations.
+from sidecar.wire.address import BrokerAddress  # noqa: TC001
+
 if TYPE_CHECKING:
     import random
-
-    from sidecar.address import BrokerAddress
 
 __all__ = ["Failover"]
 

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from sidecar.contract import Kind, Relay, normalise
-from sidecar.vectors import message_from_json, run_vector, to_json
+from sidecar.contract.vectors import message_from_json, run_vector, to_json
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 VECTORS = REPO / "tests" / "contract" / "vectors.json"
 SHARED = Path(os.environ.get("ACEMQ_SHARED", REPO.parent / "shared"))
 

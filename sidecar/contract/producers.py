@@ -13,13 +13,13 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from sidecar.contract import ORIGIN, Publishers
+from sidecar.contract.names import ORIGIN
+from sidecar.contract.verdict import Publishers
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from sidecar.contract import PropertyValue
-    from sidecar.wire import FieldValue
+    from sidecar.wire import FieldValue, PropertyValue
 
 __all__ = ["OTHER", "UNKNOWN", "ProducerLabels", "producer_of"]
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from sidecar.contract import Kind, Policy, Publishers, Reject, Relay, Violation
-from sidecar.vectors import (
+from sidecar.contract.vectors import (
     VectorError,
     from_json,
     message_from_json,

@@ -1,0 +1,144 @@
+"""The wire: typed AMQP field values, the header-table codec, the hot frames, the broker address.
+
+This package owns the bytes the relay reads and writes and the values that stand for them:
+the field value classes (``values``, never compiled), the table codec (``decode``,
+``encode``, ``scalars``, sharing ``fields``), the frames of the hot path (``frames``), the
+values the transport hands the relay (``delivery``), the broker's URL (``address``) and the
+order of brokers to try (``failover``). It is pure: no I/O, no client library, no clock.
+Import from this face; the modules inside import each other directly.
+"""
+
+# Python value  <->  wire tag (pamqp forgets wire types; the adapter routes tables here)
+# - ``str``                       S  long string, valid UTF-8
+# - ``bytes`` (exactly)           S  long string that is not valid UTF-8
+# - ``ByteArray``                 x  byte array
+# - ``bool``                      t
+# - ``Int8`` ``UInt8``            b  B
+# - ``Int16`` ``UInt16``          s  u
+# - ``Int32`` ``UInt32``          I  i
+# - ``Int64`` ``UInt64``          l  L
+# - ``Float32``                   f
+# - ``float`` (exactly)           d  64-bit
+# - ``decimal.Decimal``           D  the exponent is the AMQP scale: ``Decimal("1.50")`` is scale 2
+# - ``Timestamp``                 T  seconds since the epoch
+# - ``None``                      V  void
+# - ``dict``                      F  nested table
+# - ``list``                      A  array
+# A plain ``int`` (not one of the width classes) is accepted by the encoder and written as
+# ``I`` when it fits 32 bits, else ``l``; the decoder never produces one.
+
+from __future__ import annotations
+
+from sidecar.wire.address import BrokerAddress, Secret, host_port, mask_url
+from sidecar.wire.decode import decode_table, decode_table_for_pamqp
+from sidecar.wire.delivery import Delivery, PublishOutcome, UnreadHeader
+from sidecar.wire.encode import encode_table, encode_table_for_pamqp, tag_of
+from sidecar.wire.failover import Failover
+from sidecar.wire.fields import (
+    INT_BOUNDS,
+    MAX_DEPTH,
+    FieldArray,
+    FieldTable,
+    FieldValue,
+    PropertyValue,
+)
+from sidecar.wire.frames import (
+    BASIC_ACK,
+    BASIC_CANCEL,
+    BASIC_DELIVER,
+    BASIC_NACK,
+    BASIC_RETURN,
+    FRAME_BODY,
+    FRAME_END,
+    FRAME_HEADER,
+    FRAME_HEARTBEAT,
+    FRAME_METHOD,
+    HEADER,
+    HEARTBEAT,
+    METHOD,
+    BasicDeliver,
+    BasicReturn,
+    ContentHeader,
+    UndecodableTable,
+    ack_frame,
+    content_header,
+    parse_confirm,
+    parse_content_header,
+    parse_deliver,
+    parse_return,
+    publish_frames,
+    put_shortstr,
+    read_shortstr,
+)
+from sidecar.wire.values import (
+    ByteArray,
+    Float32,
+    Int8,
+    Int16,
+    Int32,
+    Int64,
+    Timestamp,
+    UInt8,
+    UInt16,
+    UInt32,
+    UInt64,
+)
+
+__all__ = [
+    "BASIC_ACK",
+    "BASIC_CANCEL",
+    "BASIC_DELIVER",
+    "BASIC_NACK",
+    "BASIC_RETURN",
+    "FRAME_BODY",
+    "FRAME_END",
+    "FRAME_HEADER",
+    "FRAME_HEARTBEAT",
+    "FRAME_METHOD",
+    "HEADER",
+    "HEARTBEAT",
+    "INT_BOUNDS",
+    "MAX_DEPTH",
+    "METHOD",
+    "BasicDeliver",
+    "BasicReturn",
+    "BrokerAddress",
+    "ByteArray",
+    "ContentHeader",
+    "Delivery",
+    "Failover",
+    "FieldArray",
+    "FieldTable",
+    "FieldValue",
+    "Float32",
+    "Int8",
+    "Int16",
+    "Int32",
+    "Int64",
+    "PropertyValue",
+    "PublishOutcome",
+    "Secret",
+    "Timestamp",
+    "UInt8",
+    "UInt16",
+    "UInt32",
+    "UInt64",
+    "UndecodableTable",
+    "UnreadHeader",
+    "ack_frame",
+    "content_header",
+    "decode_table",
+    "decode_table_for_pamqp",
+    "encode_table",
+    "encode_table_for_pamqp",
+    "host_port",
+    "mask_url",
+    "parse_confirm",
+    "parse_content_header",
+    "parse_deliver",
+    "parse_return",
+    "publish_frames",
+    "put_shortstr",
+    "read_shortstr",
+    "tag_of",
+]

@@ -1,0 +1,1 @@
+"""Unit tests of sidecar.wire: the codec, the frames, the broker address, the failover."""
