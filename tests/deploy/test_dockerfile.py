@@ -377,9 +377,9 @@ def _compile(stage: BuildStage, *, python: Path) -> subprocess.CompletedProcess[
 def _passes_the_vectors_compiled(stage: BuildStage) -> None:
     """The environment's own interpreter imports the compiled modules and conforms."""
     check = (
-        "import sys, runpy;"
-        "import sidecar.contract.normalise as c, sidecar.wire.decode as w,"
-        " sidecar.wire.frames as f;"
+        "import sys, runpy; from importlib import import_module as load;"
+        "c, w, f = map(load, ('sidecar.contract.normalise', 'sidecar.wire.decode',"
+        " 'sidecar.wire.frames'));"
         "assert all(m.__file__.endswith('.so') for m in (c, w, f)), (c.__file__, w.__file__);"
         "assert c.__file__.startswith(sys.argv[2]), c.__file__;"
         "sys.argv = ['acemq-sidecar', 'conform', sys.argv[1]];"
