@@ -87,6 +87,11 @@ class ConnectionGate:
         self._waiters: list[asyncio.Future[bool]] = []
         self._probe: asyncio.Task[None] | None = None
         self.probes = 0  # probes sent on this connection (for the tests and the bench)
+        # The lead out now (its number; 0: none), and the last number given: a lead whose
+        # bound let the others go leaves later as an ordinary publish.
+        self._lead = 0
+        self._leads = 0
+        self._lead_bound: asyncio.TimerHandle | None = None
 
     def _blocked(self) -> bool:
         connection = self._connection()
@@ -107,8 +112,10 @@ class ConnectionGate:
             return True
         return False
 
-    async def enter(self, stop: asyncio.Event, *, channel: Publisher) -> bool:
-        """Wait until a publish may go out; True when it leads (see ``sidecar.publish_gate``).
+    async def enter(self, stop: asyncio.Event, *, channel: Publisher) -> int:
+        """Wait until a publish may go out; its lead number when it leads, else 0.
+
+        See ``sidecar.publish_gate``; ``leave`` takes the number back.
 
         ``channel`` is the one it will go on, and the probe's if one is due. Raises
         ``ChannelLostError`` with nothing written when ``stop`` comes while the broker
@@ -127,18 +134,17 @@ class ConnectionGate:
             match decision:
                 case Admit.GO:
                     self.in_flight += 1
-                    return False
+                    return 0
                 case Admit.LEAD:
                     self.in_flight += 1
-                    self._proving = True
-                    return True
+                    return self._start_lead()
                 case Admit.PROBE:
                     self._start_probe(channel)
                     if await self._proof(stop):
-                        return False
+                        return 0
                 case Admit.WAIT if self._proving:
                     if await self._proof(stop):
-                        return False
+                        return 0
                 case Admit.WAIT:
                     await self._unblocked(stop)
                 case _:
@@ -152,16 +158,45 @@ class ConnectionGate:
         if stop.is_set() and self._blocked():
             raise ChannelLostError("stopping while the broker blocks publishing")
 
-    def leave(self, *, lead: bool, answered: bool) -> None:
+    def leave(self, *, lead: int, answered: bool) -> None:
         """Count out a publish that has its answer or failed (``answered``: the broker's).
 
-        A lead's answer lets the others go; a lead that had none makes them decide again.
+        ``lead`` is what ``enter`` returned. The lead's answer lets the others go; a lead
+        that had none makes them decide again. A lead its bound let go already (see
+        ``_start_lead``) leaves as any publish.
         """
         self.in_flight -= 1
         if answered:
             self._answered_at = self._loop.time()
-        if lead:
+        if lead and lead == self._lead:
             self._settle_proof(proven=answered or self._connection_gone())
+
+    def _start_lead(self) -> int:
+        """Make this publish the lead; return its number. Bounded as the probe is.
+
+        No answer to it for ``PROBE_ANSWER_S`` while the broker does not block the
+        connection lets the publishes waiting go all the same (a broker that read it during
+        an alarm says ``connection.blocked`` as it reads it); an answer held up otherwise (a
+        target queue that stopped confirming) must not stall every route of the connection.
+        """
+        self._proving = True
+        self._leads += 1
+        self._lead = self._leads
+        self._lead_bound = self._loop.call_later(PROBE_ANSWER_S, self._lead_unanswered, self._lead)
+        return self._lead
+
+    def _lead_unanswered(self, lead: int) -> None:
+        if lead != self._lead:
+            return  # answered, or failed, meanwhile
+        if self._blocked():
+            self._lead_bound = self._loop.call_later(PROBE_ANSWER_S, self._lead_unanswered, lead)
+            return
+        log.info(
+            "the publish gate's lead publish has no answer after %.0fs, and the broker does"
+            " not block the connection: publishing goes on",
+            PROBE_ANSWER_S,
+        )
+        self._settle_proof(proven=True)
 
     async def _proof(self, stop: asyncio.Event) -> bool:
         """Wait for the probe's or the lead's answer; True: entered, False: decide again.
@@ -201,6 +236,10 @@ class ConnectionGate:
         decide again, and one of them probes (or leads).
         """
         self._proving = False
+        self._lead = 0
+        if self._lead_bound is not None:
+            self._lead_bound.cancel()
+            self._lead_bound = None
         if proven:
             self._answered_at = self._loop.time()
         waiters, self._waiters = self._waiters, []

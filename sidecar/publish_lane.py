@@ -151,11 +151,11 @@ class PublishLane:
         """Whether a publish the gate turned away (its channel closed) takes a new one."""
         return not channel.is_open and not self._stop.is_set() and self.connection_open
 
-    async def _enter_gate(self, channel: Publisher) -> bool:
-        """Pass the connection's gate; True when this publish leads (``leave`` must say so)."""
+    async def _enter_gate(self, channel: Publisher) -> int:
+        """Pass the connection's gate; the lead number ``leave`` takes back (0: not a lead)."""
         gate = self._gate
         if gate.try_enter():
-            return False
+            return 0
         return await gate.enter(self._stop, channel=channel)
 
     async def close(self) -> None:
@@ -175,7 +175,7 @@ class _SharedUse:
     def __init__(self, lane: PublishLane) -> None:
         self._lane = lane
         self._shared: _Shared | None = None
-        self._lead = False
+        self._lead = 0
 
     async def __aenter__(self) -> Publisher:
         lane = self._lane
