@@ -56,6 +56,7 @@ class RouteWorker:
             route.name, metrics=context.metrics, log=self._log, clock=context.clock
         )
         self._settler = Settler(context, state=self.state, log=self._log, stop=self._stop)
+        self._publishing: RelayConnection | None = None  # set by run
         self._window = InFlightWindow(
             prefetch=route.prefetch,
             budget_bytes=route.limits.max_in_flight_bytes,
@@ -80,13 +81,22 @@ class RouteWorker:
 
     # --- the channels' lifecycle ---
 
-    async def run(self, connection: RelayConnection, *, grace_s: float) -> None:
+    async def run(
+        self,
+        connection: RelayConnection,
+        *,
+        grace_s: float,
+        publishing: RelayConnection | None = None,
+    ) -> None:
         """Consume until stopped or the connection drops; retry a paused route with backoff.
+
+        Publishes go on ``publishing`` (``connection`` when not given).
 
         The backoff is reset by progress (an ack), not by a channel that merely opened:
         a route whose every publish fails must not reopen (and requeue) in a tight loop.
         """
         state = self.state
+        self._publishing = publishing or connection
         while not self._stop.is_set() and connection.is_open:
             try:
                 opened = await self._open_unless_stopped(connection)
@@ -154,7 +164,8 @@ class RouteWorker:
         await connection.check_queue(route.queue)
         await connection.check_exchange(route.exchange)
         await connection.check_exchange(self._quarantine_exchange)
-        lane = PublishLane(connection, stop=self._stop)
+        publishing = self._publishing or connection
+        lane = PublishLane(publishing, stop=self._stop)
         try:
             await lane.open()
             # Slow start: the first consumer's window is small, and grows (or shrinks) by
@@ -171,7 +182,7 @@ class RouteWorker:
             state=self.state,
             settle=self._settler.settle,
         )
-        self._settler.attach(connection, lane)
+        self._settler.attach(publishing, lane)
         # Up before the first delivery can arrive, so a delivery's pause is not undone.
         self.state.consuming(queue=route.queue, exchange=route.exchange)
         try:

@@ -223,7 +223,8 @@ async def test_a_probe_refused_403_makes_the_first_copy_after_quiet_lead_alone()
     assert await first == 0  # the refusal is an answer: the broker read the probe
     gate.leave(lead=0, answered=True)
     quiet(gate)
-    assert (lead := await enter(gate, stop, channel))  # quiet again: this one leads
+    lead = await enter(gate, stop, channel)
+    assert lead  # quiet again: this one leads
     follower = asyncio.create_task(enter(gate, stop, channel))
     await settled()
     assert not follower.done(), "a copy went beside the lead"
@@ -238,7 +239,8 @@ async def test_a_probe_that_fails_unexpectedly_never_stalls_publishing() -> None
     first = asyncio.create_task(enter(gate, stop, channel))
     await settled()
     channel.answers.put_nowait(RuntimeError("a bug"))
-    assert (lead := await first), "no answer from the broker: it goes alone, as a lead"
+    lead = await first
+    assert lead, "no answer from the broker: it goes alone, as a lead"
     gate.leave(lead=lead, answered=True)
     quiet(gate)
     assert await enter(gate, stop, channel)  # leads from then on
@@ -297,11 +299,13 @@ async def test_a_lead_never_answered_lets_no_one_go_unproven() -> None:
     connection, stop, channel = Connection(), asyncio.Event(), ProbeChannel()
     gate = gate_on(connection)
     gate._probe_refused = True  # the broker refused the probe once (403)
-    assert (lead := await enter(gate, stop, channel))
+    lead = await enter(gate, stop, channel)
+    assert lead
     follower = asyncio.create_task(enter(gate, stop, channel))
     await settled()
     gate.leave(lead=lead, answered=False)
-    assert (lead := await follower), "it must lead in turn, not go beside an unproven one"
+    lead = await follower
+    assert lead, "it must lead in turn, not go beside an unproven one"
     assert gate.in_flight == 1
     third = asyncio.create_task(enter(gate, stop, channel))
     await settled()
@@ -314,7 +318,8 @@ async def test_a_lead_on_a_connection_that_closed_lets_the_others_go_and_fail() 
     connection, stop, channel = Connection(), asyncio.Event(), ProbeChannel()
     gate = gate_on(connection)
     gate._probe_refused = True
-    assert (lead := await enter(gate, stop, channel))
+    lead = await enter(gate, stop, channel)
+    assert lead
     follower = asyncio.create_task(enter(gate, stop, channel))
     await settled()
     connection.is_open = False
@@ -345,7 +350,8 @@ async def test_a_publish_that_failed_unanswered_does_not_restart_the_quiet_spell
     connection, stop, channel = Connection(), asyncio.Event(), ProbeChannel()
     gate = gate_on(connection)
     gate._probe_refused = True
-    assert (lead := await enter(gate, stop, channel))
+    lead = await enter(gate, stop, channel)
+    assert lead
     gate.leave(lead=lead, answered=True)
     assert gate.try_enter()
     quiet(gate)
