@@ -50,6 +50,7 @@ class ChannelLink(Protocol):
 
     loop: asyncio.AbstractEventLoop
     frame_max: int
+    blocked: bool  # the broker reads nothing from the link now (connection.blocked)
 
     def write(self, data: bytes) -> None:
         """Queue bytes for the socket."""
@@ -136,7 +137,12 @@ class ChannelLife:
         return await self._requests.send(request, self.number, timeout_s=timeout_s)
 
     async def close(self) -> None:
-        """Close the channel; unacked deliveries go back to their queues."""
+        """Close the channel; unacked deliveries go back to their queues.
+
+        It waits for the broker's close-ok at most ``CLOSE_TIMEOUT_S``, and not at all
+        while the broker blocks the connection (it reads nothing, the close included): the
+        channel ends at once on our side, and its number stays taken until the close-ok.
+        """
         self._before_close()
         if self._state is ChannelState.CLOSED:
             return
@@ -149,7 +155,7 @@ class ChannelLife:
         # that arrives as the close-ok does, and a cancelled opener would then go on to
         # consume with a configuration a reload has replaced.
         with contextlib.suppress(TimeoutError, ChannelLostError):
-            async with asyncio.timeout(CLOSE_TIMEOUT_S):
+            async with asyncio.timeout(0.0 if self._link.blocked else CLOSE_TIMEOUT_S):
                 await asyncio.shield(done)
         self.lose(ChannelLostError("channel closed by the sidecar"))
 

@@ -72,6 +72,9 @@ class Link(asyncio.Protocol):
         self._last_write = loop.time()
         self._heartbeat: asyncio.TimerHandle | None = None
         self.reading_paused = False
+        # The broker said connection.blocked (set by the control): it reads nothing from
+        # this link until it unblocks, so no answer to what is written now will come.
+        self.blocked = False
 
     # --- asyncio.Protocol ---
 

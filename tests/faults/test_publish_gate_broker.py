@@ -10,12 +10,14 @@ would close the stuck route's channel and end the wait by itself.
 from __future__ import annotations
 
 import asyncio
+import signal
+import time
 from typing import TYPE_CHECKING
 
 import pytest
 
 from sidecar.publish_gate import QUIET_S
-from tests.e2e.conftest import Sidecar, declare_quarantine, make_ids, publish_ids
+from tests.e2e.conftest import Sidecar, declare_quarantine, eventually, make_ids, publish_ids
 from tests.faults.private_node import PrivateNode, private_node
 from tests.faults.test_refusals import report, route, route_map, take_all
 from tests.support import Broker, open_broker
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 NODE_NAME = "acemq-gate@localhost"
+GRACE_S = 10  # the route map's shutdown_grace_s (tests.faults.test_refusals.route_map)
 
 
 @pytest.fixture(scope="module")
@@ -118,3 +121,54 @@ async def test_a_lead_whose_confirm_never_comes_stalls_no_other_route(
             await node.ctl.run("eval", _queue_process(target_a, "resume"))
         await sidecar_on_node.kill()
         await node.ctl.run("delete_user", user)
+
+
+async def test_sigterm_during_a_memory_alarm_exits_without_waiting_on_the_broker(
+    nb: Broker, node: PrivateNode, sidecar_on_node: Sidecar
+) -> None:
+    """An alarm the probe met: SIGTERM lets the waiting copies go unwritten, and exits 0.
+
+    The broker reads nothing from the blocked publishing connection, so nothing may wait
+    for its answer on the way out (a channel's or the connection's close-ok). The time
+    from the signal to the exit is printed for docs/reliability.md; nothing is lost or
+    relayed twice once the alarm clears.
+    """
+    staging, target = await nb.queue("alarm.staging"), await nb.queue("alarm.target")
+    exchange = await nb.exchange("alarm")
+    await nb.bind(target, exchange)
+    quarantine, _ = await declare_quarantine(nb)
+    ids = make_ids("alarm", 200)
+    await publish_ids(nb, staging, ids)
+    sidecar_on_node.write(
+        route_map(sidecar_on_node, quarantine=quarantine, routes=[route("a", staging, exchange)])
+    )
+    await node.ctl.run("set_vm_memory_high_watermark", "0.0001")
+    try:
+        await sidecar_on_node.start(wait_ready=False)
+        body = ""
+
+        async def blocked() -> bool:
+            nonlocal body
+            status, body = await sidecar_on_node.get("/readyz")
+            return status == 503 and '"broker": "blocked: ' in body
+
+        await eventually(blocked, timeout_s=30, what="/readyz says blocked", context=lambda: body)
+        signalled = time.monotonic()
+        sidecar_on_node.send(signal.SIGTERM)
+        status = await sidecar_on_node.wait_exit(timeout_s=GRACE_S + 30)
+        exit_s = time.monotonic() - signalled
+        assert status == 0, sidecar_on_node.output()
+    finally:
+        await node.ctl.run("set_vm_memory_high_watermark", "0.4")
+    await sidecar_on_node.start()
+    taken = await take_all(nb, target, ids, sidecar=sidecar_on_node)
+    duplicates = sum(taken.copies().values()) - len(ids)
+    assert duplicates == 0, sidecar_on_node.output()
+    report(
+        "SIGTERM during a memory alarm",
+        messages=len(ids),
+        lost=0,
+        duplicates=duplicates,
+        exit_after_s=round(exit_s, 2),
+        grace_s=GRACE_S,
+    )

@@ -21,6 +21,7 @@ class FakeLink:
     def __init__(self) -> None:
         self.loop = asyncio.get_running_loop()
         self.frame_max = 131072
+        self.blocked = False
         self.written: list[bytes] = []
         self.forgotten: list[int] = []
 

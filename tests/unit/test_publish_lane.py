@@ -11,6 +11,7 @@ from typing import cast
 
 import pytest
 
+from sidecar import publish_lane
 from sidecar.amqp import ChannelClosedError, ChannelLostError, Publisher, RelayConnection
 from sidecar.delivery import PublishOutcome
 from sidecar.errors import WireError
@@ -270,3 +271,40 @@ async def test_a_publish_whose_channel_retired_while_it_waited_at_the_gate_takes
         await waiting
     assert got == [connection.opened[1]], "the publish went on the retired channel"
     assert not shared.is_open
+
+
+@dataclass
+class Unanswered(Connection):
+    """A broker that reads no channel.open (it blocks the connection)."""
+
+    asked: int = 0
+
+    async def channel(self, *, prefetch: int) -> Channel:
+        """Never opens."""
+        del prefetch
+        self.asked += 1
+        await asyncio.Event().wait()
+        raise AssertionError
+
+
+async def test_opening_a_publish_channel_ends_at_a_stop() -> None:
+    connection = Unanswered()
+    stop = asyncio.Event()
+    lane = PublishLane(cast("RelayConnection", connection), stop=stop)
+    opening = asyncio.create_task(lane.open())
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert connection.asked == 1
+    stop.set()
+    with pytest.raises(ChannelLostError, match="stopping"):
+        await opening
+
+
+async def test_opening_a_publish_channel_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(publish_lane, "OPEN_TIMEOUT_S", 0.01)
+    lane = lane_on(Unanswered())
+    with pytest.raises(ChannelLostError, match="did not open a publish channel"):
+        await lane.open()
+    with pytest.raises(ChannelLostError, match="did not open a publish channel"):
+        async with lane.alone():
+            pass
