@@ -20,7 +20,7 @@ from sidecar.amqp import (
 )
 from sidecar.amqp import connection as connection_module
 from sidecar.errors import SidecarError
-from tests.scripted_broker import ScriptedBroker, refuse, silent
+from tests.scripted_broker import Answer, ScriptedBroker, refuse, silent
 
 BOUND_S = 10  # no test waits longer than this for anything
 
@@ -168,7 +168,7 @@ async def test_closing_while_the_broker_blocks_waits_for_no_close_ok(
     """
     monkeypatch.setattr(lifecycle, "CLOSE_TIMEOUT_S", 3600.0)
     monkeypatch.setattr(connection_module, "CLOSE_TIMEOUT_S", 3600.0)
-    answers = {"Channel.Close": silent, "Connection.Close": silent}
+    answers: dict[str, Answer] = {"Channel.Close": silent, "Connection.Close": silent}
     async with ScriptedBroker(answers=answers) as server:
         connection = await connected(server)
         channel = await connection.channel(prefetch=1)
