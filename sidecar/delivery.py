@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -17,7 +17,11 @@ if TYPE_CHECKING:
     from sidecar.frames import UndecodableTable
     from sidecar.wire import FieldValue
 
-__all__ = ["Delivery", "PublishOutcome", "UnreadHeader"]
+__all__ = ["Body", "Delivery", "PublishOutcome", "UnreadHeader"]
+
+# A message body: a consumed one is the buffer its frames were received into, never
+# copied on its way to the publish (docs/memory.md).
+Body: TypeAlias = bytes | bytearray
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -41,7 +45,7 @@ class Delivery:
     redelivered: bool
     properties: Mapping[str, PropertyValue]
     headers: Mapping[str, FieldValue]
-    body: bytes
+    body: Body
     undecodable: UndecodableTable | None = None
     # Set when the content header was too large to read: properties and headers are empty.
     unread_header: UnreadHeader | None = None

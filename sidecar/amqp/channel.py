@@ -28,7 +28,7 @@ from sidecar.amqp import codec
 from sidecar.amqp.acks import Acks
 from sidecar.amqp.confirms import NOT_FOUND, Confirms
 from sidecar.amqp.inbound import Inbound
-from sidecar.amqp.lifecycle import CLOSE_TIMEOUT_S, ChannelLife
+from sidecar.amqp.lifecycle import CLOSE_TIMEOUT_S, ChannelLife, ChannelState
 from sidecar.contract import ID
 from sidecar.delivery import PublishOutcome
 from sidecar.errors import ChannelClosedError, ChannelLostError, MissingEntityError, WireError
@@ -43,6 +43,7 @@ from sidecar.frames import (
     parse_deliver,
     parse_return,
     publish_frames,
+    publish_parts,
 )
 from sidecar.frames import content_header as encode_content_header
 
@@ -51,10 +52,14 @@ if TYPE_CHECKING:
 
     from sidecar.amqp.lifecycle import ChannelLink
     from sidecar.contract import PropertyValue
-    from sidecar.delivery import Delivery, UnreadHeader
+    from sidecar.delivery import Body, Delivery, UnreadHeader
     from sidecar.wire import FieldValue
 
-__all__ = ["Channel"]
+__all__ = ["WHOLE_BODY_MAX", "Channel"]
+
+# A publish whose body is larger than this is written in parts (views of the body) rather
+# than joined into one bytes object with its frames: a second copy of the body.
+WHOLE_BODY_MAX = 65_536
 
 
 class Channel(ChannelLife):
@@ -83,15 +88,18 @@ class Channel(ChannelLife):
         *,
         consumer_tag: str,
         on_body_size: Callable[[int], None] | None = None,
+        max_in_flight_bytes: int | None = None,
     ) -> None:
         """Start consuming ``queue``; ``callback`` runs as its own task per delivery.
 
         ``on_body_size`` is called with each delivery's body size as its content header
         arrives, before the body does (from the frame handler: it must be quick and must
-        not raise). Both apply to every delivery on the channel from now on, whichever
-        consumer tag it came for.
+        not raise). ``max_in_flight_bytes``: while the deliveries not yet acked or rejected
+        hold this many bytes of body, the connection reads nothing more (TCP backpressure),
+        so they never hold more than that plus one message. All three apply to every
+        delivery on the channel from now on, whichever consumer tag it came for.
         """
-        self._inbound.consume(callback, on_body_size=on_body_size)
+        self._inbound.consume(callback, on_body_size=on_body_size, budget_bytes=max_in_flight_bytes)
         try:
             await self.rpc(codec.basic_consume(queue, consumer_tag=consumer_tag))
         except ChannelClosedError as e:
@@ -128,7 +136,7 @@ class Channel(ChannelLife):
 
     async def publish(
         self,
-        body: bytes,
+        body: Body,
         *,
         exchange: str,
         routing_key: str,
@@ -176,7 +184,10 @@ class Channel(ChannelLife):
                 body=body,
                 acemq_id=acemq_id,
             )
-            self._link.write(data)
+            if isinstance(data, bytes):
+                self._link.write(data)
+            else:
+                self._link.write_parts(data)
             return await future
         finally:
             slow.cancel()
@@ -190,6 +201,8 @@ class Channel(ChannelLife):
         if not self.is_open:  # a closing channel: the broker would discard the ack
             return False
         self._acks.ack(delivery_tag)
+        if self._inbound.settled(delivery_tag):
+            self._link.resume_reading()
         return True
 
     async def reject(self, delivery_tag: int, *, requeue: bool) -> bool:
@@ -202,10 +215,13 @@ class Channel(ChannelLife):
             return False
         self._acks.forget(delivery_tag)
         self._link.write(codec.basic_reject(self.number, delivery_tag, requeue=requeue))
+        if self._inbound.settled(delivery_tag):
+            self._link.resume_reading()
         return True
 
     def _before_close(self) -> None:
         self._acks.flush()  # the acks already made leave before the close
+        self._link.resume_reading()  # closing: its budget holds the reading no more
 
     # --- frames from the broker ---
 
@@ -234,9 +250,17 @@ class Channel(ChannelLife):
         """Handle a content header frame: the properties of the pending delivery or return."""
         self._inbound.on_header(payload)
 
-    def on_body(self, payload: bytes) -> None:
+    def on_body(self, payload: memoryview) -> None:
         """Handle a content body frame."""
         self._inbound.on_body(payload)
+
+    def has_room(self) -> bool:
+        """Whether the link may read this channel's next delivery (see ``consume``).
+
+        A channel closing has room: what it holds goes back to the queue, and the frames
+        behind (its close-ok) must be read.
+        """
+        return self.state is not ChannelState.OPEN or self._inbound.has_room()
 
     def on_unread_header(self, unread: UnreadHeader, *, body_size: int) -> None:
         """Handle a content header too large to read (passed over): its size and body size."""
@@ -245,20 +269,25 @@ class Channel(ChannelLife):
     def _lost(self, error: ChannelLostError) -> None:
         self._confirms.fail(error)
         self._acks.stop()
+        self._inbound.settle_all()
+        self._link.resume_reading()
 
 
 def _publish_frames(
     number: int,
     frame_max: int,
-    body: bytes,
+    body: Body,
     *,
     exchange: str,
     routing_key: str,
     properties: Mapping[str, PropertyValue],
     headers: Mapping[str, FieldValue] | UndecodableTable | None,
     content_header: bytes | None,
-) -> tuple[bytes, bytes, object]:
+) -> tuple[bytes, bytes | list[bytes | memoryview], object]:
     """Return a publish's content header, its frames, and the ``x-acemq-id`` it carries.
+
+    The frames of a body over ``WHOLE_BODY_MAX`` are parts whose body frames are views of
+    ``body``: the body is not copied on its way to the socket.
 
     ``content_header`` is sent as it is when given; else ``properties`` and ``headers`` are
     encoded. Raises :class:`WireError` when the header does not fit in one frame.
@@ -272,7 +301,8 @@ def _publish_frames(
             f"the message's content header takes {len(content_header)} bytes, over the"
             f" broker's frame size of {frame_max}"
         )
-    data = publish_frames(
+    encode = publish_parts if len(body) > WHOLE_BODY_MAX else publish_frames
+    data = encode(
         number,
         exchange=exchange,
         routing_key=routing_key,

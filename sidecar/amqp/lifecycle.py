@@ -55,6 +55,12 @@ class ChannelLink(Protocol):
     def write(self, data: bytes) -> None:
         """Queue bytes for the socket."""
 
+    def write_parts(self, parts: list[bytes | memoryview]) -> None:
+        """Queue bytes in parts that leave as the socket takes them, never joined."""
+
+    def resume_reading(self) -> None:
+        """Read again if a channel's budget held the reading: one made room."""
+
     def forget(self, number: int) -> None:
         """Free a channel number once the channel is closed on both sides."""
 

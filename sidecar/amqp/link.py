@@ -8,12 +8,16 @@ in one ``write`` call at its end.
 A frame it cannot read ends the connection with ``connection.close`` and the reply code of
 the violation (501, 505; 541 for a fault of ours) before the socket closes. While the
 socket's write buffer is over ``WRITE_BUFFER_HIGH`` (a broker that does not read), it
-stops reading, so that nothing it reads can make it write more.
+stops reading, so that nothing it reads can make it write more; a large publish's parts
+(``write_parts``) leave only as the buffer drains, and what is written after them waits
+behind them. While a channel's deliveries hold its budget of bytes (the frame reader
+``held``), it stops reading too, until a settlement makes room (``resume_reading``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 from typing import TYPE_CHECKING, Final, cast
 
@@ -67,11 +71,16 @@ class Link(asyncio.Protocol):
         self._reader = FrameReader(self)
         self._out: list[bytes] = []
         self._out_bytes = 0
+        # Parts waiting for the socket's write buffer to drain (a large publish, and what
+        # was written after it), in order.
+        self._backlog: collections.deque[bytes | memoryview] = collections.deque()
+        self._resume_due = False
         self._flush_due = False
         self._last_read = loop.time()
         self._last_write = loop.time()
         self._heartbeat: asyncio.TimerHandle | None = None
-        self.reading_paused = False
+        self.reading_paused = False  # the write buffer is over its mark
+        self.reading_held = False  # a channel has no room for its next delivery
         # The broker said connection.blocked (set by the control): it reads nothing from
         # this link until it unblocks, so no answer to what is written now will come.
         self.blocked = False
@@ -91,12 +100,40 @@ class Link(asyncio.Protocol):
             self._transport.pause_reading()
 
     def resume_writing(self) -> None:
-        """Read again: the write buffer drained."""
+        """Read again (unless a channel holds the reading): the write buffer drained."""
         if self._transport is not None and self.reading_paused:
             self.reading_paused = False
-            self._last_read = self.loop.time()  # the silence was ours, not the broker's
-            if not self._transport.is_closing():
-                self._transport.resume_reading()
+            self._pump()
+            if not self.reading_paused and not self.reading_held:
+                self._read_again()
+
+    def _read_again(self) -> None:
+        assert self._transport is not None  # noqa: S101 - callers check
+        self._last_read = self.loop.time()  # the silence was ours, not the broker's
+        if not self._transport.is_closing():
+            self._transport.resume_reading()
+
+    def resume_reading(self) -> None:
+        """Read on soon if a channel's budget held the reading (a settlement made room).
+
+        In a turn of its own: the frames kept are handed on from the loop, never from
+        inside a channel's ack or close.
+        """
+        if self.reading_held and not self._resume_due:
+            self._resume_due = True
+            self.loop.call_soon(self._resume_held)
+
+    def _resume_held(self) -> None:
+        self._resume_due = False
+        if self.closed.is_set() or not self.reading_held:
+            return
+        self._reader.held = False
+        self._feed(b"")
+        if self._reader.held or self.closed.is_set():
+            return  # still no room
+        self.reading_held = False
+        if self._transport is not None and not self.reading_paused:
+            self._read_again()
 
     def connection_lost(self, exc: Exception | None) -> None:
         """End the link: every channel and waiter learns why."""
@@ -107,6 +144,12 @@ class Link(asyncio.Protocol):
         if self.closed.is_set():  # after our close for a bad frame: nothing more is read
             return
         self._last_read = self.loop.time()
+        self._feed(data)
+        if self._reader.held and not self.reading_held and self._transport is not None:
+            self.reading_held = True
+            self._transport.pause_reading()
+
+    def _feed(self, data: bytes) -> None:
         try:
             self._reader.feed(data)
         except NotAmqpError as e:  # the server's own protocol header: nothing to close
@@ -137,6 +180,16 @@ class Link(asyncio.Protocol):
         if self._out_bytes >= WRITE_BATCH_BYTES:
             self.flush()
 
+    def write_parts(self, parts: list[bytes | memoryview]) -> None:
+        """Queue a large publish in parts; they leave as the socket's write buffer takes them.
+
+        Never joined: a body's frames are views of it, so it is not copied whole on its
+        way out. What was queued before goes first, what is written after waits behind.
+        """
+        self.flush()
+        self._backlog.extend(parts)
+        self._pump()
+
     def _end_of_turn(self) -> None:
         self._flush_due = False
         self.flush()
@@ -146,8 +199,24 @@ class Link(asyncio.Protocol):
         out, self._out = self._out, []
         self._out_bytes = 0
         transport = self._transport
-        if out and transport is not None and not transport.is_closing():
-            transport.write(out[0] if len(out) == 1 else b"".join(out))
+        if not out or transport is None or transport.is_closing():
+            return
+        data = out[0] if len(out) == 1 else b"".join(out)
+        if self._backlog:
+            self._backlog.append(data)  # behind a large publish still leaving
+            self._pump()
+            return
+        transport.write(data)
+        self._last_write = self.loop.time()
+
+    def _pump(self) -> None:
+        """Write the parts waiting while the socket's write buffer is under its mark."""
+        transport, backlog = self._transport, self._backlog
+        if transport is None or transport.is_closing():
+            backlog.clear()
+            return
+        while backlog and not self.reading_paused:  # pause_writing sets it, as it comes
+            transport.write(backlog.popleft())
             self._last_write = self.loop.time()
 
     # --- life ---
@@ -161,7 +230,7 @@ class Link(asyncio.Protocol):
     def _beat(self, interval_s: int) -> Callable[[], None]:
         def beat() -> None:
             now = self.loop.time()
-            if self.reading_paused:
+            if self.reading_paused or self.reading_held:
                 # We stopped reading (the broker takes nothing we write): what it sent
                 # waits unread, so its silence tells nothing. TCP ends a dead socket.
                 self._last_read = now
@@ -217,6 +286,7 @@ class Link(asyncio.Protocol):
         if self.close_reason is None:
             self.close_reason = reason
         self.closed.set()
+        self._backlog.clear()
         if self._heartbeat is not None:
             self._heartbeat.cancel()
         lost = ChannelLostError(f"the connection closed: {self.close_reason}")

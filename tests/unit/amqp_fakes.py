@@ -22,12 +22,21 @@ class FakeLink:
         self.loop = asyncio.get_running_loop()
         self.frame_max = 131072
         self.blocked = False
+        self.resumed = 0
         self.written: list[bytes] = []
         self.forgotten: list[int] = []
 
     def write(self, data: bytes) -> None:
         """Keep what the channel sends."""
         self.written.append(data)
+
+    def write_parts(self, parts: list[bytes | memoryview]) -> None:
+        """Keep a large publish, joined."""
+        self.written.append(b"".join(parts))
+
+    def resume_reading(self) -> None:
+        """Count the channel's calls: a settlement made room."""
+        self.resumed += 1
 
     def forget(self, number: int) -> None:
         """A closed channel frees its number."""

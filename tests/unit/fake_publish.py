@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sidecar.delivery import PublishOutcome
+from sidecar.delivery import Body, PublishOutcome
 from sidecar.publish_gate import PROBE_ROUTING_KEY
 
 if TYPE_CHECKING:
@@ -24,7 +24,7 @@ Answer = PublishOutcome | Exception
 class Publish:
     """One publish as the fake received it."""
 
-    body: bytes
+    body: Body
     exchange: str
     routing_key: str
     properties: dict[str, Any]
@@ -45,7 +45,7 @@ class PublishRecorder:
 
     async def publish(
         self,
-        body: bytes,
+        body: Body,
         *,
         exchange: str,
         routing_key: str,

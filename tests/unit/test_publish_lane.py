@@ -13,7 +13,7 @@ import pytest
 
 from sidecar import publish_lane
 from sidecar.amqp import ChannelClosedError, ChannelLostError, Publisher, RelayConnection
-from sidecar.delivery import PublishOutcome
+from sidecar.delivery import Body, PublishOutcome
 from sidecar.errors import WireError
 from sidecar.publish_gate import PROBE_ROUTING_KEY
 from sidecar.publish_lane import PublishLane
@@ -43,7 +43,7 @@ class ClosingOnProbe(Channel):
 
     error: ChannelLostError = field(default_factory=lambda: ChannelLostError("closed"))
 
-    async def publish(self, body: bytes, *, routing_key: str, **rest: object) -> PublishOutcome:
+    async def publish(self, body: Body, *, routing_key: str, **rest: object) -> PublishOutcome:
         """The probe ends the channel; anything else is recorded and confirmed."""
         if routing_key == PROBE_ROUTING_KEY:
             self.probes += 1
@@ -234,7 +234,7 @@ async def test_a_publish_whose_channel_retired_while_it_waited_at_the_gate_takes
     class HeldProbe(Channel):
         """Its probe is answered when the test says."""
 
-        async def publish(self, body: bytes, *, routing_key: str, **rest: object) -> PublishOutcome:
+        async def publish(self, body: Body, *, routing_key: str, **rest: object) -> PublishOutcome:
             """Hold the probe; record and confirm the rest."""
             if routing_key == PROBE_ROUTING_KEY:
                 await answer.wait()
