@@ -19,6 +19,7 @@ import asyncio
 import logging
 import math
 import weakref
+from enum import StrEnum
 from typing import TYPE_CHECKING, ClassVar, assert_never
 
 from sidecar.amqp import ChannelClosedError, ChannelLostError
@@ -59,7 +60,102 @@ def answered(error: BaseException | None) -> bool:
     return error is None or isinstance(error, ChannelClosedError | MissingEntityError)
 
 
-class ConnectionGate:
+class _Proofs:
+    """A connection's probe or lead out, unanswered, and the publishes waiting for its answer."""
+
+    _loop: asyncio.AbstractEventLoop
+    in_flight: int
+    _answered_at: float
+
+    def _proofs_begin(self) -> None:
+        self._proving = False  # a probe or a lead publish is out, unanswered
+        # For the probe's or the lead's answer: True, entered (counted); False, decide again.
+        self._waiters: list[asyncio.Future[bool]] = []
+        # The lead out now (its number; 0: none), and the last number given: a lead whose
+        # bound let the others go leaves later as an ordinary publish.
+        self._lead = 0
+        self._leads = 0
+        self._lead_bound: asyncio.TimerHandle | None = None
+
+    def _blocked(self) -> bool:
+        raise NotImplementedError
+
+    def _start_lead(self) -> int:
+        """Make this publish the lead; return its number. Bounded as the probe is.
+
+        No answer to it for ``PROBE_ANSWER_S`` while the broker does not block the
+        connection lets the publishes waiting go all the same (a broker that read it during
+        an alarm says ``connection.blocked`` as it reads it); an answer held up otherwise (a
+        target queue that stopped confirming) must not stall every route of the connection.
+        """
+        self._proving = True
+        self._leads += 1
+        self._lead = self._leads
+        self._lead_bound = self._loop.call_later(PROBE_ANSWER_S, self._lead_unanswered, self._lead)
+        return self._lead
+
+    def _lead_unanswered(self, lead: int) -> None:
+        if lead != self._lead:
+            return  # answered, or failed, meanwhile
+        if self._blocked():
+            self._lead_bound = self._loop.call_later(PROBE_ANSWER_S, self._lead_unanswered, lead)
+            return
+        _going_on("lead publish")
+        self._settle_proof(proven=True)
+
+    async def _proof(self, stop: asyncio.Event) -> bool:
+        """Wait for the probe's or the lead's answer; True: entered, False: decide again.
+
+        Again when ``connection.blocked`` came with the answer, or when it proved nothing.
+        A stop lets the publish go (unwritten) only while the broker blocks: else the
+        answer is a round trip away, and the drain settles what is in flight. A
+        cancellation after the grant takes back what it counted.
+        """
+        granted: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._waiters.append(granted)
+        try:
+            await first_of(asyncio.shield(granted), stop.wait())
+            if not granted.done() and not self._blocked():
+                await granted  # stopping, not blocked: the answer comes
+        except BaseException:
+            if granted.done() and not granted.cancelled() and granted.result():
+                self.in_flight -= 1  # granted, then cancelled before it could go
+            raise
+        finally:
+            if not granted.done():
+                granted.cancel()  # _settle_proof skips it
+        if granted.cancelled():
+            raise ChannelLostError("stopping while the broker blocks publishing")
+        if not granted.result():
+            return False
+        if not self._blocked():
+            return True
+        self.in_flight -= 1  # counted by _settle_proof: not going after all
+        return False
+
+    def _settle_proof(self, *, proven: bool) -> None:
+        """Let the publishes waiting go, or make them decide again: the probe or lead is done.
+
+        ``proven``: the broker answered it (or the connection closed): they go, together.
+        Else it proved nothing (never written, its channel closed by the sidecar): they
+        decide again, and one of them probes (or leads).
+        """
+        self._proving = False
+        self._lead = 0
+        if self._lead_bound is not None:
+            self._lead_bound.cancel()
+            self._lead_bound = None
+        if proven:
+            self._answered_at = self._loop.time()
+        waiters, self._waiters = self._waiters, []
+        for granted in waiters:
+            if not granted.done():
+                if proven:
+                    self.in_flight += 1
+                granted.set_result(proven)
+
+
+class ConnectionGate(_Proofs):
     """The publish gate of one connection; ``ConnectionGate.of(connection)`` finds it."""
 
     # By identity, not by hash (a connection need not be hashable); an entry goes with
@@ -81,17 +177,10 @@ class ConnectionGate:
         self.in_flight = 0  # publishes entered and not left yet
         self._answered_at = -math.inf  # the loop's time of the broker's last answer
         self._loop = asyncio.get_running_loop()
-        self._proving = False  # a probe or a lead publish is out, unanswered
+        self._proofs_begin()
         self._probe_refused = False
-        # For the probe's or the lead's answer: True, entered (counted); False, decide again.
-        self._waiters: list[asyncio.Future[bool]] = []
         self._probe: asyncio.Task[None] | None = None
         self.probes = 0  # probes sent on this connection (for the tests and the bench)
-        # The lead out now (its number; 0: none), and the last number given: a lead whose
-        # bound let the others go leaves later as an ordinary publish.
-        self._lead = 0
-        self._leads = 0
-        self._lead_bound: asyncio.TimerHandle | None = None
 
     def _blocked(self) -> bool:
         connection = self._connection()
@@ -171,84 +260,6 @@ class ConnectionGate:
         if lead and lead == self._lead:
             self._settle_proof(proven=answered or self._connection_gone())
 
-    def _start_lead(self) -> int:
-        """Make this publish the lead; return its number. Bounded as the probe is.
-
-        No answer to it for ``PROBE_ANSWER_S`` while the broker does not block the
-        connection lets the publishes waiting go all the same (a broker that read it during
-        an alarm says ``connection.blocked`` as it reads it); an answer held up otherwise (a
-        target queue that stopped confirming) must not stall every route of the connection.
-        """
-        self._proving = True
-        self._leads += 1
-        self._lead = self._leads
-        self._lead_bound = self._loop.call_later(PROBE_ANSWER_S, self._lead_unanswered, self._lead)
-        return self._lead
-
-    def _lead_unanswered(self, lead: int) -> None:
-        if lead != self._lead:
-            return  # answered, or failed, meanwhile
-        if self._blocked():
-            self._lead_bound = self._loop.call_later(PROBE_ANSWER_S, self._lead_unanswered, lead)
-            return
-        log.info(
-            "the publish gate's lead publish has no answer after %.0fs, and the broker does"
-            " not block the connection: publishing goes on",
-            PROBE_ANSWER_S,
-        )
-        self._settle_proof(proven=True)
-
-    async def _proof(self, stop: asyncio.Event) -> bool:
-        """Wait for the probe's or the lead's answer; True: entered, False: decide again.
-
-        Again when ``connection.blocked`` came with the answer, or when it proved nothing.
-        A stop lets the publish go (unwritten) only while the broker blocks: else the
-        answer is a round trip away, and the drain settles what is in flight. A
-        cancellation after the grant takes back what it counted.
-        """
-        granted: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._waiters.append(granted)
-        try:
-            await first_of(asyncio.shield(granted), stop.wait())
-            if not granted.done() and not self._blocked():
-                await granted  # stopping, not blocked: the answer comes
-        except BaseException:
-            if granted.done() and not granted.cancelled() and granted.result():
-                self.in_flight -= 1  # granted, then cancelled before it could go
-            raise
-        finally:
-            if not granted.done():
-                granted.cancel()  # _settle_proof skips it
-        if granted.cancelled():
-            raise ChannelLostError("stopping while the broker blocks publishing")
-        if not granted.result():
-            return False
-        if not self._blocked():
-            return True
-        self.in_flight -= 1  # counted by _settle_proof: not going after all
-        return False
-
-    def _settle_proof(self, *, proven: bool) -> None:
-        """Let the publishes waiting go, or make them decide again: the probe or lead is done.
-
-        ``proven``: the broker answered it (or the connection closed): they go, together.
-        Else it proved nothing (never written, its channel closed by the sidecar): they
-        decide again, and one of them probes (or leads).
-        """
-        self._proving = False
-        self._lead = 0
-        if self._lead_bound is not None:
-            self._lead_bound.cancel()
-            self._lead_bound = None
-        if proven:
-            self._answered_at = self._loop.time()
-        waiters, self._waiters = self._waiters, []
-        for granted in waiters:
-            if not granted.done():
-                if proven:
-                    self.in_flight += 1
-                granted.set_result(proven)
-
     def _start_probe(self, channel: Publisher) -> None:
         if not channel.is_open:  # it would not be written: the caller takes another
             raise ChannelLostError("the publish channel closed at the publish gate")
@@ -266,54 +277,71 @@ class ConnectionGate:
         closed by the sidecar) makes them decide again.
         """
         proven = False
-        answer = asyncio.ensure_future(self._publish_probe(channel))
+        answer = asyncio.ensure_future(_publish_probe(channel))
         try:
             await asyncio.wait((answer,), timeout=PROBE_ANSWER_S)
             while not answer.done() and self._blocked():
                 await asyncio.wait((answer,), timeout=PROBE_ANSWER_S)
             if answer.done():
-                proven = answer.result()
+                result = answer.result()
+                self._probe_refused |= result in (_Answer.REFUSED, _Answer.FAILED)
+                lost = result is _Answer.LOST
+                proven = self._connection_gone() if lost else result is not _Answer.FAILED
             else:
                 proven = True  # not blocked, and no block came: the broker reads us
-                log.info(
-                    "the publish gate's probe has no answer after %.0fs, and the broker does"
-                    " not block the connection: publishing goes on",
-                    PROBE_ANSWER_S,
-                )
+                _going_on("probe")
         finally:
             self._probe = None
             self._settle_proof(proven=proven)
 
-    async def _publish_probe(self, channel: Publisher) -> bool:
-        """Publish the probe; True when the broker answered it (or the connection is gone)."""
-        try:
-            await channel.publish(
-                PROBE_BODY,
-                exchange="",
-                routing_key=PROBE_ROUTING_KEY,
-                properties=PROBE_PROPERTIES,
-                headers=None,
-                slow_after_s=PROBE_SLOW_S,
-                on_slow=_nothing,
-            )
-        except ChannelClosedError as e:
-            if not probe_again(closed_with=e.code):
-                self._probe_refused = True
-                log.warning(
-                    "the broker refused the publish gate's probe to the default exchange"
-                    " (%d %s): after a quiet spell the first copy goes alone instead; grant"
-                    ' write on "amq.default" so that an alarm catches no copy at all',
-                    e.code,
-                    e.text,
-                )
-            return True  # the broker's answer: it read the probe
-        except ChannelLostError:
-            return self._connection_gone()  # else not written, or its channel closed by us
-        except Exception:
-            log.exception("the publish gate's probe failed; the connection leads instead")
-            self._probe_refused = True  # never stall publishing on a bug here
-            return False
-        return True
+
+class _Answer(StrEnum):
+    """What became of a probe."""
+
+    ANSWERED = "answered"  # confirmed, returned, nacked, or its channel closed by the broker
+    REFUSED = "refused"  # answered with a 403: no write on the default exchange
+    LOST = "lost"  # not written, or its channel ended otherwise: answered if the connection is gone
+    FAILED = "failed"  # a bug: unproven, and the connection leads from then on
+
+
+async def _publish_probe(channel: Publisher) -> _Answer:
+    """Publish the probe; say how the broker answered it."""
+    try:
+        await channel.publish(
+            PROBE_BODY,
+            exchange="",
+            routing_key=PROBE_ROUTING_KEY,
+            properties=PROBE_PROPERTIES,
+            headers=None,
+            slow_after_s=PROBE_SLOW_S,
+            on_slow=_nothing,
+        )
+    except ChannelClosedError as e:
+        if probe_again(closed_with=e.code):
+            return _Answer.ANSWERED  # the broker's answer: it read the probe
+        log.warning(
+            "the broker refused the publish gate's probe to the default exchange"
+            " (%d %s): after a quiet spell the first copy goes alone instead; grant"
+            ' write on "amq.default" so that an alarm catches no copy at all',
+            e.code,
+            e.text,
+        )
+        return _Answer.REFUSED
+    except ChannelLostError:
+        return _Answer.LOST
+    except Exception:
+        log.exception("the publish gate's probe failed; the connection leads instead")
+        return _Answer.FAILED  # never stall publishing on a bug here
+    return _Answer.ANSWERED
+
+
+def _going_on(what: str) -> None:
+    log.info(
+        "the publish gate's %s has no answer after %.0fs, and the broker does not block the"
+        " connection: publishing goes on",
+        what,
+        PROBE_ANSWER_S,
+    )
 
 
 def _nothing() -> None:

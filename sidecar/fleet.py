@@ -84,10 +84,10 @@ class RouteFleet:
     async def running(
         self,
         connection: RelayConnection,
+        publishing: RelayConnection | None = None,
         *,
         login: str | None,
         slack_s: float,
-        publishing: RelayConnection | None = None,
     ) -> AsyncIterator[None]:
         """Run a worker per route on ``connection`` while the body runs, then drain them.
 

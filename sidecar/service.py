@@ -201,18 +201,16 @@ class Service:
 
     async def _run_session(self, connections: Connections, *, login: str | None) -> None:
         """Run every route on the session's connections until one drops or the process stops."""
+        consuming, publishing = connections.consuming, connections.publishing
         async with self._fleet.running(
-            connections.consuming,
-            publishing=connections.publishing,
-            login=login,
-            slack_s=SHUTDOWN_SLACK_S,
+            consuming, publishing, login=login, slack_s=SHUTDOWN_SLACK_S
         ):
             while True:
                 await first_of(connections.wait_closed(), self._stop.wait(), self._reload.wait())
                 if self._stop.is_set():
                     log.info("stopping: draining in-flight messages")
                     return
-                if not (connections.consuming.is_open and connections.publishing.is_open):
+                if not (consuming.is_open and publishing.is_open):
                     return
                 self._reload.clear()
                 self._apply_reload()

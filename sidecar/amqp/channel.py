@@ -69,7 +69,9 @@ class Channel(ChannelLife):
         super().__init__(link, number)
         self._acks = Acks(number, loop=link.loop, write=link.write)
         self._confirms = Confirms(link.loop)
-        self._inbound = Inbound(self, loop=link.loop, acks=self._acks, confirms=self._confirms)
+        self._inbound = Inbound(
+            self, loop=link.loop, acks=self._acks, confirms=self._confirms, room=link.resume_reading
+        )
         self._cancelled_by_broker = False
 
     @property
@@ -94,10 +96,9 @@ class Channel(ChannelLife):
 
         ``on_body_size`` is called with each delivery's body size as its content header
         arrives, before the body does (from the frame handler: it must be quick and must
-        not raise). ``max_in_flight_bytes``: while the deliveries not yet acked or rejected
-        hold this many bytes of body, the connection reads nothing more (TCP backpressure),
-        so they never hold more than that plus one message. All three apply to every
-        delivery on the channel from now on, whichever consumer tag it came for.
+        not raise). While the deliveries not acked or rejected hold ``max_in_flight_bytes``
+        of body, the connection reads nothing more: never more than that plus one message.
+        All three apply to every delivery on the channel from now on, whatever its tag.
         """
         self._inbound.consume(callback, on_body_size=on_body_size, budget_bytes=max_in_flight_bytes)
         try:
@@ -184,10 +185,7 @@ class Channel(ChannelLife):
                 body=body,
                 acemq_id=acemq_id,
             )
-            if isinstance(data, bytes):
-                self._link.write(data)
-            else:
-                self._link.write_parts(data)
+            self._link.write(data)  # a large body's in parts, never joined
             return await future
         finally:
             slow.cancel()
@@ -201,8 +199,7 @@ class Channel(ChannelLife):
         if not self.is_open:  # a closing channel: the broker would discard the ack
             return False
         self._acks.ack(delivery_tag)
-        if self._inbound.settled(delivery_tag):
-            self._link.resume_reading()
+        self._inbound.settled(delivery_tag)
         return True
 
     async def reject(self, delivery_tag: int, *, requeue: bool) -> bool:
@@ -215,8 +212,7 @@ class Channel(ChannelLife):
             return False
         self._acks.forget(delivery_tag)
         self._link.write(codec.basic_reject(self.number, delivery_tag, requeue=requeue))
-        if self._inbound.settled(delivery_tag):
-            self._link.resume_reading()
+        self._inbound.settled(delivery_tag)
         return True
 
     def _before_close(self) -> None:
@@ -255,11 +251,7 @@ class Channel(ChannelLife):
         self._inbound.on_body(payload)
 
     def has_room(self) -> bool:
-        """Whether the link may read this channel's next delivery (see ``consume``).
-
-        A channel closing has room: what it holds goes back to the queue, and the frames
-        behind (its close-ok) must be read.
-        """
+        """Whether the link may read the next delivery (see ``consume``); closing, always."""
         return self.state is not ChannelState.OPEN or self._inbound.has_room()
 
     def on_unread_header(self, unread: UnreadHeader, *, body_size: int) -> None:
@@ -270,7 +262,6 @@ class Channel(ChannelLife):
         self._confirms.fail(error)
         self._acks.stop()
         self._inbound.settle_all()
-        self._link.resume_reading()
 
 
 def _publish_frames(

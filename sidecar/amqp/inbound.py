@@ -57,6 +57,7 @@ class Inbound:
         loop: asyncio.AbstractEventLoop,
         acks: Acks,
         confirms: Confirms,
+        room: Callable[[], None] = lambda: None,
     ) -> None:
         self._channel = channel
         self._loop = loop
@@ -66,6 +67,7 @@ class Inbound:
         self._callback: Callable[[Delivery], Coroutine[Any, Any, None]] | None = None
         self._on_body_size: Callable[[int], None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._room = room  # called when a settlement made room under the budget
         self.budget_bytes: int | None = None  # no more is read while this much is unsettled
         self.held_bytes = 0  # the body sizes of the deliveries received and not settled
         self._sizes: dict[int, int] = {}  # by delivery tag
@@ -92,19 +94,20 @@ class Inbound:
         budget = self.budget_bytes
         return budget is None or self.held_bytes < budget
 
-    def settled(self, delivery_tag: int) -> bool:
-        """Count a delivery's bytes out (acked or rejected); True when that made room."""
+    def settled(self, delivery_tag: int) -> None:
+        """Count a delivery's bytes out (acked or rejected); call ``room`` if that made room."""
         size = self._sizes.pop(delivery_tag, 0)
-        if not size:
-            return False
-        full = not self.has_room()
-        self.held_bytes -= size
-        return full and self.has_room()
+        if size:
+            full = not self.has_room()
+            self.held_bytes -= size
+            if full and self.has_room():
+                self._room()
 
     def settle_all(self) -> None:
-        """Count every delivery's bytes out: the channel ended, the broker has them back."""
+        """Count every delivery's bytes out (the channel ended: the broker has them back)."""
         self._sizes.clear()
         self.held_bytes = 0
+        self._room()
 
     def begin(self, method: BasicDeliver | BasicReturn) -> None:
         """Start a delivery or a return: its content header and body frames come next."""

@@ -52,11 +52,8 @@ class ChannelLink(Protocol):
     frame_max: int
     blocked: bool  # the broker reads nothing from the link now (connection.blocked)
 
-    def write(self, data: bytes) -> None:
-        """Queue bytes for the socket."""
-
-    def write_parts(self, parts: list[bytes | memoryview]) -> None:
-        """Queue bytes in parts that leave as the socket takes them, never joined."""
+    def write(self, data: bytes | list[bytes | memoryview]) -> None:
+        """Queue bytes for the socket (a list: parts that leave as it takes them, unjoined)."""
 
     def resume_reading(self) -> None:
         """Read again if a channel's budget held the reading: one made room."""

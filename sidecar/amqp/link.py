@@ -56,7 +56,83 @@ WRITE_BUFFER_HIGH: Final = 1024 * 1024
 CLOSE_AFTER_S: Final = 1.0  # our close after a frame error: the socket goes this much later
 
 
-class Link(asyncio.Protocol):
+class _Writes:
+    """The link's writes: batched per turn of the loop; a large publish's parts as it drains."""
+
+    loop: asyncio.AbstractEventLoop
+    _transport: asyncio.Transport | None
+    reading_paused: bool  # the write buffer is over its mark: pause_writing sets it
+
+    def _writes_begin(self) -> None:
+        self._out: list[bytes] = []
+        self._out_bytes = 0
+        self._flush_due = False
+        self._last_write = self.loop.time()
+        # Parts waiting for the socket's write buffer to drain (a large publish, and what
+        # was written after it), in order.
+        self._backlog: collections.deque[bytes | memoryview] = collections.deque()
+
+    def write(self, data: bytes | list[bytes | memoryview]) -> None:
+        """Queue bytes; what one turn of the loop queues leaves at its end in one write.
+
+        A list is a large publish in parts (``write_parts``).
+
+        A turn that queues more (hundreds of publishes made from one read) sends every
+        ``WRITE_BATCH_BYTES`` as it goes, so the broker routes the first publishes while
+        the sidecar still makes the rest, instead of waiting for the whole batch.
+        """
+        if isinstance(data, list):
+            self.write_parts(data)
+            return
+        if not self._flush_due:
+            self._flush_due = True
+            self.loop.call_soon(self._end_of_turn)
+        self._out.append(data)
+        self._out_bytes += len(data)
+        if self._out_bytes >= WRITE_BATCH_BYTES:
+            self.flush()
+
+    def write_parts(self, parts: list[bytes | memoryview]) -> None:
+        """Queue a large publish in parts; they leave as the socket's write buffer takes them.
+
+        Never joined: a body's frames are views of it, so it is not copied whole on its
+        way out. What was queued before goes first, what is written after waits behind.
+        """
+        self.flush()
+        self._backlog.extend(parts)
+        self._pump()
+
+    def _end_of_turn(self) -> None:
+        self._flush_due = False
+        self.flush()
+
+    def flush(self) -> None:
+        """Send what is queued now, without waiting for the end of the turn."""
+        out, self._out = self._out, []
+        self._out_bytes = 0
+        transport = self._transport
+        if not out or transport is None or transport.is_closing():
+            return
+        data = out[0] if len(out) == 1 else b"".join(out)
+        if self._backlog:
+            self._backlog.append(data)  # behind a large publish still leaving
+            self._pump()
+            return
+        transport.write(data)
+        self._last_write = self.loop.time()
+
+    def _pump(self) -> None:
+        """Write the parts waiting while the socket's write buffer is under its mark."""
+        transport, backlog = self._transport, self._backlog
+        if transport is None or transport.is_closing():
+            backlog.clear()
+            return
+        while backlog and not self.reading_paused:  # pause_writing sets it, as it comes
+            transport.write(backlog.popleft())
+            self._last_write = self.loop.time()
+
+
+class Link(_Writes, asyncio.Protocol):
     """The socket: frames in, batched writes out, heartbeats, and who is waiting on what."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -69,15 +145,9 @@ class Link(asyncio.Protocol):
         self.close_reason: BaseException | None = None
         self._transport: asyncio.Transport | None = None
         self._reader = FrameReader(self)
-        self._out: list[bytes] = []
-        self._out_bytes = 0
-        # Parts waiting for the socket's write buffer to drain (a large publish, and what
-        # was written after it), in order.
-        self._backlog: collections.deque[bytes | memoryview] = collections.deque()
+        self._writes_begin()
         self._resume_due = False
-        self._flush_due = False
         self._last_read = loop.time()
-        self._last_write = loop.time()
         self._heartbeat: asyncio.TimerHandle | None = None
         self.reading_paused = False  # the write buffer is over its mark
         self.reading_held = False  # a channel has no room for its next delivery
@@ -162,62 +232,6 @@ class Link(asyncio.Protocol):
         except Exception as e:  # a fault of ours while handling a frame
             log.exception("internal error while reading from the broker; closing the connection")
             self.refuse(INTERNAL_ERROR, f"internal error in the client: {e!r}")
-
-    # --- writing ---
-
-    def write(self, data: bytes) -> None:
-        """Queue bytes; what one turn of the loop queues leaves at its end in one write.
-
-        A turn that queues more (hundreds of publishes made from one read) sends every
-        ``WRITE_BATCH_BYTES`` as it goes, so the broker routes the first publishes while
-        the sidecar still makes the rest, instead of waiting for the whole batch.
-        """
-        if not self._flush_due:
-            self._flush_due = True
-            self.loop.call_soon(self._end_of_turn)
-        self._out.append(data)
-        self._out_bytes += len(data)
-        if self._out_bytes >= WRITE_BATCH_BYTES:
-            self.flush()
-
-    def write_parts(self, parts: list[bytes | memoryview]) -> None:
-        """Queue a large publish in parts; they leave as the socket's write buffer takes them.
-
-        Never joined: a body's frames are views of it, so it is not copied whole on its
-        way out. What was queued before goes first, what is written after waits behind.
-        """
-        self.flush()
-        self._backlog.extend(parts)
-        self._pump()
-
-    def _end_of_turn(self) -> None:
-        self._flush_due = False
-        self.flush()
-
-    def flush(self) -> None:
-        """Send what is queued now, without waiting for the end of the turn."""
-        out, self._out = self._out, []
-        self._out_bytes = 0
-        transport = self._transport
-        if not out or transport is None or transport.is_closing():
-            return
-        data = out[0] if len(out) == 1 else b"".join(out)
-        if self._backlog:
-            self._backlog.append(data)  # behind a large publish still leaving
-            self._pump()
-            return
-        transport.write(data)
-        self._last_write = self.loop.time()
-
-    def _pump(self) -> None:
-        """Write the parts waiting while the socket's write buffer is under its mark."""
-        transport, backlog = self._transport, self._backlog
-        if transport is None or transport.is_closing():
-            backlog.clear()
-            return
-        while backlog and not self.reading_paused:  # pause_writing sets it, as it comes
-            transport.write(backlog.popleft())
-            self._last_write = self.loop.time()
 
     # --- life ---
 

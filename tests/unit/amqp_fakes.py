@@ -26,13 +26,9 @@ class FakeLink:
         self.written: list[bytes] = []
         self.forgotten: list[int] = []
 
-    def write(self, data: bytes) -> None:
-        """Keep what the channel sends."""
-        self.written.append(data)
-
-    def write_parts(self, parts: list[bytes | memoryview]) -> None:
-        """Keep a large publish, joined."""
-        self.written.append(b"".join(parts))
+    def write(self, data: bytes | list[bytes | memoryview]) -> None:
+        """Keep what the channel sends (a large publish's parts joined)."""
+        self.written.append(data if isinstance(data, bytes) else b"".join(data))
 
     def resume_reading(self) -> None:
         """Count the channel's calls: a settlement made room."""
