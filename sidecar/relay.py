@@ -56,7 +56,6 @@ class RouteWorker:
             route.name, metrics=context.metrics, log=self._log, clock=context.clock
         )
         self._settler = Settler(context, state=self.state, log=self._log, stop=self._stop)
-        self._publishing: RelayConnection | None = None  # set by run
         self._window = InFlightWindow(
             prefetch=route.prefetch,
             budget_bytes=route.limits.max_in_flight_bytes,
@@ -96,7 +95,7 @@ class RouteWorker:
         a route whose every publish fails must not reopen (and requeue) in a tight loop.
         """
         state = self.state
-        self._publishing = publishing or connection
+        self._publishing: RelayConnection = publishing or connection
         while not self._stop.is_set() and connection.is_open:
             try:
                 opened = await self._open_unless_stopped(connection)
@@ -164,8 +163,7 @@ class RouteWorker:
         await connection.check_queue(route.queue)
         await connection.check_exchange(route.exchange)
         await connection.check_exchange(self._quarantine_exchange)
-        publishing = self._publishing or connection
-        lane = PublishLane(publishing, stop=self._stop)
+        lane = PublishLane(self._publishing, stop=self._stop)
         try:
             await lane.open()
             # Slow start: the first consumer's window is small, and grows (or shrinks) by
@@ -182,7 +180,7 @@ class RouteWorker:
             state=self.state,
             settle=self._settler.settle,
         )
-        self._settler.attach(publishing, lane)
+        self._settler.attach(self._publishing, lane)
         # Up before the first delivery can arrive, so a delivery's pause is not undone.
         self.state.consuming(queue=route.queue, exchange=route.exchange)
         try:
