@@ -10,13 +10,14 @@ does, between a ``connect`` and the ``after_session`` that follows it.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sidecar.amqp import connect
 from sidecar.backoff import Backoff
 from sidecar.errors import TlsFileError
 from sidecar.tls import client_context
-from sidecar.waits import sleep_unless
+from sidecar.waits import first_of, sleep_unless
 from sidecar.wire import Failover
 
 if TYPE_CHECKING:
@@ -28,10 +29,13 @@ if TYPE_CHECKING:
     from sidecar.route_map import BrokerConfig
     from sidecar.wire import BrokerAddress
 
-__all__ = ["HEALTHY_SESSION_S", "Dialer"]
+__all__ = ["HEALTHY_SESSION_S", "Connections", "Dialer"]
 
 log = logging.getLogger("sidecar.service")  # the process's lines, whichever module writes them
 
+# The names the broker shows the two connections by (its management UI, list_connections).
+CONSUMING_NAME = "acemq-sidecar"
+PUBLISHING_NAME = "acemq-sidecar publish"
 HEALTHY_SESSION_S = 30.0  # a connection that lived this long resets the reconnect backoff
 
 
@@ -46,6 +50,44 @@ def _ssl_context(broker: BrokerConfig, address: BrokerAddress) -> ssl.SSLContext
         raise ConnectionError(str(e)) from e
 
 
+@dataclass(frozen=True, slots=True)
+class Connections:
+    """A session's two connections to one node: one consumes (and acks), one publishes."""
+
+    consuming: Connection
+    publishing: Connection
+
+    async def wait_closed(self) -> BaseException | None:
+        """Return once either closes, with its reason: the session ends with it."""
+        _, first = await first_of(self.consuming.wait_closed(), self.publishing.wait_closed())
+        reason: BaseException | None = first.result()
+        return reason
+
+    async def close(self) -> None:
+        """Close both: the publishing one first, so no copy is confirmed after its ack's turn."""
+        await self.publishing.close()
+        await self.consuming.close()
+
+
+async def _connect_both(broker: BrokerConfig, address: BrokerAddress) -> Connections:
+    async def one(name: str) -> Connection:
+        return await connect(
+            address,
+            heartbeat_s=broker.heartbeat_s,
+            connect_timeout_s=broker.connect_timeout_s,
+            ssl_context=_ssl_context(broker, address),
+            name=name,
+        )
+
+    consuming = await one(CONSUMING_NAME)
+    try:
+        publishing = await one(PUBLISHING_NAME)
+    except BaseException:
+        await consuming.close()
+        raise
+    return Connections(consuming, publishing)
+
+
 class Dialer:
     """Connects to the next broker address that answers; see the module docstring."""
 
@@ -57,8 +99,13 @@ class Dialer:
         self._stop = stop
         self._rng = rng
 
-    async def connect(self, broker: BrokerConfig) -> tuple[Connection, BrokerAddress] | None:
-        """Connect to an address of ``broker``; return it with the connection, None on a stop.
+    async def connect(self, broker: BrokerConfig) -> tuple[Connections, BrokerAddress] | None:
+        """Connect to an address of ``broker``; return it with the connections, None on a stop.
+
+        Two connections to the same node: one consumes and acks, the other publishes
+        (RabbitMQ's advice: an alarm blocks only the one that publishes, so acks and a
+        drain's cancel still flow; and the consuming one can stop reading when the routes'
+        bytes in flight fill their budget while the confirms that free them still arrive).
 
         A failed attempt moves on to the next address at once; only when every address
         failed in a row does it back off (exponential, with jitter) before the next round.
@@ -67,12 +114,7 @@ class Dialer:
         while not self._stop.is_set():
             address = self._failover.next_address()
             try:
-                connection = await connect(
-                    address,
-                    heartbeat_s=broker.heartbeat_s,
-                    connect_timeout_s=broker.connect_timeout_s,
-                    ssl_context=_ssl_context(broker, address),
-                )
+                connections = await _connect_both(broker, address)
             except ConnectionError as e:
                 if not self._failover.failed():
                     log.warning(
@@ -93,11 +135,11 @@ class Dialer:
                 await sleep_unless(self._stop, delay)
                 continue
             self._failover.connected()
-            return connection, address
+            return connections, address
         return None
 
     async def after_session(
-        self, connection: Connection, address: BrokerAddress, *, lived_s: float
+        self, connections: Connections, address: BrokerAddress, *, lived_s: float
     ) -> None:
         """Back off after a session on ``connection`` ended, unless the process stops.
 
@@ -110,7 +152,7 @@ class Dialer:
         if self._stop.is_set():
             return
         delay = self._backoff.next_delay()
-        reason = await connection.wait_closed()
+        reason = await connections.wait_closed()
         log.warning(
             "connection to the broker %s lost (%s); reconnecting in %.1fs",
             address.masked(),

@@ -60,14 +60,20 @@ class RouteFleet:
         # (what the broker checks user_id against: see RouteContext.login).
         self._session: asyncio.TaskGroup | None = None
         self._connection: RelayConnection | None = None
+        self._publishing: RelayConnection | None = None
         self._login: str | None = None
         for route in route_map.routes:
             metrics.add_route(route.name)
 
     @property
     def connection(self) -> RelayConnection | None:
-        """The connection the workers run on, from their start to the start of their drain."""
+        """The connection the workers consume on, from their start to the start of their drain."""
         return self._connection
+
+    @property
+    def publishing(self) -> RelayConnection | None:
+        """The connection the workers publish on (the one a broker's alarm blocks)."""
+        return self._publishing
 
     def pause_reasons(self) -> dict[str, str | None]:
         """Return each running worker's reason for not consuming (None: it consumes)."""
@@ -76,18 +82,24 @@ class RouteFleet:
 
     @contextlib.asynccontextmanager
     async def running(
-        self, connection: RelayConnection, *, login: str | None, slack_s: float
+        self,
+        connection: RelayConnection,
+        publishing: RelayConnection | None = None,
+        *,
+        login: str | None,
+        slack_s: float,
     ) -> AsyncIterator[None]:
         """Run a worker per route on ``connection`` while the body runs, then drain them.
 
-        ``login`` is what they publish as. The workers drain within the map's
-        ``shutdown_grace_s``; whatever still runs after that and ``slack_s`` (a broker that
-        stopped answering) is cancelled, so the process exits in time. Unacked deliveries
-        go back to their queues either way.
+        They publish on ``publishing`` (``connection`` when not given), as ``login``. The
+        workers drain within the map's ``shutdown_grace_s``; whatever still runs after that
+        and ``slack_s`` (a broker that stopped answering) is cancelled, so the process exits
+        in time. Unacked deliveries go back to their queues either way.
         """
         try:
             async with asyncio.timeout(None) as deadline, asyncio.TaskGroup() as session:
                 self._session, self._connection, self._login = session, connection, login
+                self._publishing = publishing or connection
                 try:
                     for route in self._route_map.routes:
                         self._start_worker(route)
@@ -95,7 +107,7 @@ class RouteFleet:
                 finally:
                     for worker, _ in self._workers.values():
                         worker.request_stop()
-                    self._session = self._connection = None
+                    self._session = self._connection = self._publishing = None
                     grace = self._route_map.shutdown_grace_s + slack_s
                     deadline.reschedule(asyncio.get_running_loop().time() + grace)
         except TimeoutError:
@@ -132,6 +144,7 @@ class RouteFleet:
     def _start_worker(self, route: Route) -> None:
         assert self._session is not None  # noqa: S101 - only called inside a session
         assert self._connection is not None  # noqa: S101
+        assert self._publishing is not None  # noqa: S101
         worker = RouteWorker(
             RouteContext(
                 route=route,
@@ -144,7 +157,11 @@ class RouteFleet:
             )
         )
         task = self._session.create_task(
-            worker.run(self._connection, grace_s=self._route_map.shutdown_grace_s),
+            worker.run(
+                self._connection,
+                publishing=self._publishing,
+                grace_s=self._route_map.shutdown_grace_s,
+            ),
             name=f"route:{route.name}",
         )
         self._workers[route.name] = (worker, task)

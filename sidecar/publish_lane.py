@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from sidecar.amqp import ChannelLostError
 from sidecar.connection_gate import ConnectionGate, answered
+from sidecar.waits import first_of
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -36,6 +37,10 @@ if TYPE_CHECKING:
 __all__ = ["PublishLane"]
 
 PUBLISH_PREFETCH = 1  # the publish channel consumes nothing; its qos is never used
+# A publish channel the broker has not opened in this long is given up (ChannelLostError):
+# a broker that blocks the connection reads no channel.open, and one that is merely slow
+# answers in milliseconds.
+OPEN_TIMEOUT_S = 30.0
 
 
 class _Shared:
@@ -103,7 +108,7 @@ class PublishLane:
         async with self._opening:
             shared = self._shared
             if shared is None or not shared.publisher.is_open:
-                channel = await self._connection.channel(prefetch=PUBLISH_PREFETCH)
+                channel = await self._new_channel()
                 self._shared = shared = _Shared(channel)
             if self._closed:  # closed while it opened: leave nothing behind
                 await shared.publisher.close()
@@ -118,7 +123,7 @@ class PublishLane:
         publish goes on a new one: nothing of it was written.
         """
         async with self._alone:
-            channel: Publisher = await self._connection.channel(prefetch=PUBLISH_PREFETCH)
+            channel: Publisher = await self._new_channel()
             try:
                 while True:
                     try:
@@ -145,17 +150,36 @@ class PublishLane:
 
     async def _another_alone(self, closed: Publisher) -> Publisher:
         await closed.close()
-        return await self._connection.channel(prefetch=PUBLISH_PREFETCH)
+        return await self._new_channel()
+
+    async def _new_channel(self) -> Publisher:
+        """Open a publish channel; ``ChannelLostError`` at a stop or after ``OPEN_TIMEOUT_S``.
+
+        Whatever the opening made by then is closed (the client's ``channel`` does that
+        when cancelled, and one that opened as the stop came is closed here).
+        """
+        opening = asyncio.ensure_future(self._connection.channel(prefetch=PUBLISH_PREFETCH))
+        which, _ = await first_of(opening, self._stop.wait(), asyncio.sleep(OPEN_TIMEOUT_S))
+        if which == 0:
+            return opening.result()
+        await asyncio.wait((opening,))  # cancelled: it closes what it opened
+        if not opening.cancelled() and opening.exception() is None:
+            await opening.result().close()  # it had opened as the stop came
+        if which == 1:
+            raise ChannelLostError("stopping while a publish channel opened")
+        raise ChannelLostError(
+            f"the broker did not open a publish channel within {OPEN_TIMEOUT_S:.0f}s"
+        )
 
     def _may_take_another(self, channel: Publisher) -> bool:
         """Whether a publish the gate turned away (its channel closed) takes a new one."""
         return not channel.is_open and not self._stop.is_set() and self.connection_open
 
-    async def _enter_gate(self, channel: Publisher) -> bool:
-        """Pass the connection's gate; True when this publish leads (``leave`` must say so)."""
+    async def _enter_gate(self, channel: Publisher) -> int:
+        """Pass the connection's gate; the lead number ``leave`` takes back (0: not a lead)."""
         gate = self._gate
         if gate.try_enter():
-            return False
+            return 0
         return await gate.enter(self._stop, channel=channel)
 
     async def close(self) -> None:
@@ -175,7 +199,7 @@ class _SharedUse:
     def __init__(self, lane: PublishLane) -> None:
         self._lane = lane
         self._shared: _Shared | None = None
-        self._lead = False
+        self._lead = 0
 
     async def __aenter__(self) -> Publisher:
         lane = self._lane

@@ -87,13 +87,22 @@ class RouteWorker:
 
     # --- the channels' lifecycle ---
 
-    async def run(self, connection: RelayConnection, *, grace_s: float) -> None:
+    async def run(
+        self,
+        connection: RelayConnection,
+        *,
+        grace_s: float,
+        publishing: RelayConnection | None = None,
+    ) -> None:
         """Consume until stopped or the connection drops; retry a paused route with backoff.
+
+        Publishes go on ``publishing`` (``connection`` when not given).
 
         The backoff is reset by progress (an ack), not by a channel that merely opened:
         a route whose every publish fails must not reopen (and requeue) in a tight loop.
         """
         state = self.state
+        self._publishing: RelayConnection = publishing or connection
         while not self._stop.is_set() and connection.is_open:
             try:
                 opened = await self._open_unless_stopped(connection)
@@ -162,7 +171,7 @@ class RouteWorker:
         await connection.check_queue(route.queue)
         await connection.check_exchange(route.exchange)
         await connection.check_exchange(self._quarantine_exchange)
-        lane = PublishLane(connection, stop=self._stop)
+        lane = PublishLane(self._publishing, stop=self._stop)
         try:
             await lane.open()
             # Slow start: the first consumer's window is small, and grows (or shrinks) by
@@ -180,7 +189,7 @@ class RouteWorker:
             settle=self._settler.settle,
             clock=self._clock,
         )
-        self._settler.attach(connection, lane)
+        self._settler.attach(self._publishing, lane)
         # Up before the first delivery can arrive, so a delivery's pause is not undone.
         self.state.consuming(queue=route.queue, exchange=route.exchange)
         try:

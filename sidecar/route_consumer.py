@@ -72,7 +72,7 @@ class InFlightWindow:
 
     def __init__(self, *, prefetch: int, budget_bytes: int, fixed: bool = False) -> None:
         self._prefetch = prefetch
-        self._budget = budget_bytes
+        self._budget = self.budget_bytes = budget_bytes  # the channel reads no more past it
         # A single-active-consumer queue: a channel keeps the window it starts with (what
         # the budget allows for the largest body seen so far), as a re-consume's cancel
         # would hand the active role, and the queue's order, to another replica.
@@ -227,6 +227,7 @@ class RouteConsumer:
             self._deliver,
             consumer_tag=self.consumer_tag,
             on_body_size=self._window.note,
+            max_in_flight_bytes=self._window.budget_bytes,
         )
 
     async def cancel(self, *, fill_s: float) -> None:
@@ -321,7 +322,11 @@ class RouteConsumer:
         async with asyncio.timeout(RECONSUME_TIMEOUT_S):
             await channel.qos(take)
             await channel.consume(
-                self._queue, self._deliver, consumer_tag=tag, on_body_size=window.note
+                self._queue,
+                self._deliver,
+                consumer_tag=tag,
+                on_body_size=window.note,
+                max_in_flight_bytes=window.budget_bytes,
             )
         window.applied(take, whole=take == new)
         extra = {"route": self._route, "window": take, "largest_bytes": window.largest}

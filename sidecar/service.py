@@ -1,10 +1,10 @@
-"""The long-running process: one connection, one worker per route, signals, reloads, probes.
+"""The long-running process: two connections, one worker per route, signals, reloads, probes.
 
-This module owns the lifecycle: connect (``sidecar.dialer`` picks the address and backs
-off), run the route workers on the connection (``sidecar.fleet``), reconnect when the
-broker goes away, reload the route map on SIGHUP or a changed file, and shut down in the
-reverse order of start-up on SIGTERM. It keeps what the probes read (``sidecar.probes``
-decides what they answer). It settles no message itself.
+This module owns the lifecycle: connect (``sidecar.dialer`` picks the address, backs off,
+and opens a consuming and a publishing connection to it), run the route workers on them
+(``sidecar.fleet``), reconnect when the broker goes away, reload the route map on SIGHUP
+or a changed file, and shut down in the reverse order of start-up on SIGTERM. It keeps
+what the probes read (``sidecar.probes`` decides what they answer). It settles no message itself.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
     from sidecar.amqp import Connection
     from sidecar.clock import Clock
+    from sidecar.dialer import Connections
     from sidecar.health import Probe
     from sidecar.route_map import RouteMap
     from sidecar.wire import BrokerAddress
@@ -111,8 +112,8 @@ class Service:
         )
 
     def _blocked_reason(self) -> str | None:
-        """Return the broker's reason while it blocks the routes' connection (any thread)."""
-        connection = self._fleet.connection
+        """Return the broker's reason while it blocks the routes' publishes (any thread)."""
+        connection = self._fleet.publishing
         return None if connection is None else connection.blocked_reason
 
     def readiness(self) -> Probe:
@@ -178,35 +179,38 @@ class Service:
             dialed = await self._dialer.connect(self._route_map.broker)
             if dialed is None:
                 return  # stopped before an address answered
-            connection, address = dialed
+            connections, address = dialed
             if has_connected:
                 self._metrics.count_reconnect()
             has_connected = True
             self._node = address
             self._set_connected(connected=True)
-            login = _logged_in(connection, address)
+            login = _logged_in(connections.consuming, address)
             started = asyncio.get_running_loop().time()
             try:
-                await self._run_session(connection, login=login)
+                await self._run_session(connections, login=login)
             finally:
                 self._set_connected(connected=False)
-                await connection.close()
+                await connections.close()
             lived_s = asyncio.get_running_loop().time() - started
-            await self._dialer.after_session(connection, address, lived_s=lived_s)
+            await self._dialer.after_session(connections, address, lived_s=lived_s)
 
     def _set_connected(self, *, connected: bool) -> None:
         self._connected = connected
         self._metrics.set_broker_connected(connected=connected)
 
-    async def _run_session(self, connection: Connection, *, login: str | None) -> None:
-        """Run every route on one connection until it drops or the process stops."""
-        async with self._fleet.running(connection, login=login, slack_s=SHUTDOWN_SLACK_S):
+    async def _run_session(self, connections: Connections, *, login: str | None) -> None:
+        """Run every route on the session's connections until one drops or the process stops."""
+        consuming, publishing = connections.consuming, connections.publishing
+        async with self._fleet.running(
+            consuming, publishing, login=login, slack_s=SHUTDOWN_SLACK_S
+        ):
             while True:
-                await first_of(connection.wait_closed(), self._stop.wait(), self._reload.wait())
+                await first_of(connections.wait_closed(), self._stop.wait(), self._reload.wait())
                 if self._stop.is_set():
                     log.info("stopping: draining in-flight messages")
                     return
-                if not connection.is_open:
+                if not (consuming.is_open and publishing.is_open):
                     return
                 self._reload.clear()
                 self._apply_reload()

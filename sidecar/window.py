@@ -23,9 +23,11 @@ are its decisions:
   left in flight and the new window together fit in the larger of the old and the
   allowed window, so a change never holds more than either side of it.
 
-What this cannot bound: deliveries the broker sent before the first larger body's header
-arrived. A shrink can hold up to the old window of the new, larger size (the old window
-x the new size), once, until they are settled.
+What the window cannot bound, the client does: deliveries the broker sent before the
+first larger body's header arrived (up to the old window of the new, larger size). The
+consuming connection reads no further delivery of a route whose unsettled deliveries hold
+its budget (``Channel.consume``'s ``max_in_flight_bytes``), so the route holds at most the
+budget plus one message; the rest waits unread in the socket and the broker.
 
 Pure: no I/O, no clock, no asyncio.
 """

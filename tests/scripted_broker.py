@@ -71,6 +71,7 @@ class ScriptedBroker:
     port: int = 0
     _server: asyncio.Server | None = None
     _writers: list[asyncio.StreamWriter] = field(default_factory=list)
+    _consuming: int = -1  # the connection a basic.consume came on last (-1: the latest)
     _serving: set[asyncio.Task[Any]] = field(default_factory=set)
     _arrived: asyncio.Condition = field(default_factory=asyncio.Condition)
 
@@ -117,12 +118,12 @@ class ScriptedBroker:
         return self.methods(name)[count - 1]
 
     def send(self, method: Any, *, channel: int = 0) -> None:
-        """Send a method to the client of the latest connection."""
-        self._writers[-1].write(pamqp_frame.marshal(method, channel))
+        """Send a method to the client: on the connection that consumes, else the latest."""
+        self._writers[self._consuming].write(pamqp_frame.marshal(method, channel))
 
     def send_raw(self, data: bytes) -> None:
         """Send bytes as they are: a frame no codec would make."""
-        self._writers[-1].write(data)
+        self._writers[self._consuming].write(data)
 
     def send_content(
         self, method: Any, *, channel: int, body: bytes, properties: spec.Basic.Properties
@@ -134,6 +135,7 @@ class ScriptedBroker:
             self.send(pamqp_body.ContentBody(body), channel=channel)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        index = len(self._writers)
         self._writers.append(writer)
         if (task := asyncio.current_task()) is not None:
             self._serving.add(task)
@@ -143,6 +145,8 @@ class ScriptedBroker:
                 start = spec.Connection.Start(mechanisms=self.mechanisms)
                 writer.write(pamqp_frame.marshal(start, 0))
             async for channel, frame in self._frames(reader):
+                if isinstance(frame, spec.Basic.Consume):
+                    self._consuming = index
                 await self._record(channel, frame)
                 for reply_channel, reply in self._answer(channel, frame):
                     writer.write(pamqp_frame.marshal(reply, reply_channel))

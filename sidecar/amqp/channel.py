@@ -28,7 +28,7 @@ from sidecar.amqp import codec
 from sidecar.amqp.acks import Acks
 from sidecar.amqp.confirms import NOT_FOUND, Confirms
 from sidecar.amqp.inbound import Inbound
-from sidecar.amqp.lifecycle import CLOSE_TIMEOUT_S, ChannelLife
+from sidecar.amqp.lifecycle import CLOSE_TIMEOUT_S, ChannelLife, ChannelState
 from sidecar.contract import ID
 from sidecar.errors import ChannelClosedError, ChannelLostError, MissingEntityError, WireError
 from sidecar.wire import (
@@ -43,6 +43,7 @@ from sidecar.wire import (
     parse_deliver,
     parse_return,
     publish_frames,
+    publish_parts,
 )
 from sidecar.wire import content_header as encode_content_header
 
@@ -51,9 +52,13 @@ if TYPE_CHECKING:
 
     from sidecar.amqp.lifecycle import ChannelLink
     from sidecar.contract import PropertyValue
-    from sidecar.wire import Delivery, FieldValue, UnreadHeader
+    from sidecar.wire import Body, Delivery, FieldValue, UnreadHeader
 
-__all__ = ["Channel"]
+__all__ = ["WHOLE_BODY_MAX", "Channel"]
+
+# A publish whose body is larger than this is written in parts (views of the body) rather
+# than joined into one bytes object with its frames: a second copy of the body.
+WHOLE_BODY_MAX = 65_536
 
 
 class Channel(ChannelLife):
@@ -63,7 +68,9 @@ class Channel(ChannelLife):
         super().__init__(link, number)
         self._acks = Acks(number, loop=link.loop, write=link.write)
         self._confirms = Confirms(link.loop)
-        self._inbound = Inbound(self, loop=link.loop, acks=self._acks, confirms=self._confirms)
+        self._inbound = Inbound(
+            self, loop=link.loop, acks=self._acks, confirms=self._confirms, room=link.resume_reading
+        )
         self._cancelled_by_broker = False
 
     @property
@@ -82,15 +89,17 @@ class Channel(ChannelLife):
         *,
         consumer_tag: str,
         on_body_size: Callable[[int], None] | None = None,
+        max_in_flight_bytes: int | None = None,
     ) -> None:
         """Start consuming ``queue``; ``callback`` runs as its own task per delivery.
 
         ``on_body_size`` is called with each delivery's body size as its content header
         arrives, before the body does (from the frame handler: it must be quick and must
-        not raise). Both apply to every delivery on the channel from now on, whichever
-        consumer tag it came for.
+        not raise). While the deliveries not acked or rejected hold ``max_in_flight_bytes``
+        of body, the connection reads nothing more: never more than that plus one message.
+        All three apply to every delivery on the channel from now on, whatever its tag.
         """
-        self._inbound.consume(callback, on_body_size=on_body_size)
+        self._inbound.consume(callback, on_body_size=on_body_size, budget_bytes=max_in_flight_bytes)
         try:
             await self.rpc(codec.basic_consume(queue, consumer_tag=consumer_tag))
         except ChannelClosedError as e:
@@ -127,7 +136,7 @@ class Channel(ChannelLife):
 
     async def publish(
         self,
-        body: bytes,
+        body: Body,
         *,
         exchange: str,
         routing_key: str,
@@ -175,7 +184,7 @@ class Channel(ChannelLife):
                 body=body,
                 acemq_id=acemq_id,
             )
-            self._link.write(data)
+            self._link.write(data)  # a large body's in parts, never joined
             return await future
         finally:
             slow.cancel()
@@ -189,6 +198,7 @@ class Channel(ChannelLife):
         if not self.is_open:  # a closing channel: the broker would discard the ack
             return False
         self._acks.ack(delivery_tag)
+        self._inbound.settled(delivery_tag)
         return True
 
     async def reject(self, delivery_tag: int, *, requeue: bool) -> bool:
@@ -201,10 +211,12 @@ class Channel(ChannelLife):
             return False
         self._acks.forget(delivery_tag)
         self._link.write(codec.basic_reject(self.number, delivery_tag, requeue=requeue))
+        self._inbound.settled(delivery_tag)
         return True
 
     def _before_close(self) -> None:
         self._acks.flush()  # the acks already made leave before the close
+        self._link.resume_reading()  # closing: its budget holds the reading no more
 
     # --- frames from the broker ---
 
@@ -233,9 +245,13 @@ class Channel(ChannelLife):
         """Handle a content header frame: the properties of the pending delivery or return."""
         self._inbound.on_header(payload)
 
-    def on_body(self, payload: bytes) -> None:
+    def on_body(self, payload: memoryview) -> None:
         """Handle a content body frame."""
         self._inbound.on_body(payload)
+
+    def has_room(self) -> bool:
+        """Whether the link may read the next delivery (see ``consume``); closing, always."""
+        return self.state is not ChannelState.OPEN or self._inbound.has_room()
 
     def on_unread_header(self, unread: UnreadHeader, *, body_size: int) -> None:
         """Handle a content header too large to read (passed over): its size and body size."""
@@ -244,20 +260,24 @@ class Channel(ChannelLife):
     def _lost(self, error: ChannelLostError) -> None:
         self._confirms.fail(error)
         self._acks.stop()
+        self._inbound.settle_all()
 
 
 def _publish_frames(
     number: int,
     frame_max: int,
-    body: bytes,
+    body: Body,
     *,
     exchange: str,
     routing_key: str,
     properties: Mapping[str, PropertyValue],
     headers: Mapping[str, FieldValue] | UndecodableTable | None,
     content_header: bytes | None,
-) -> tuple[bytes, bytes, object]:
+) -> tuple[bytes, bytes | list[bytes | memoryview], object]:
     """Return a publish's content header, its frames, and the ``x-acemq-id`` it carries.
+
+    The frames of a body over ``WHOLE_BODY_MAX`` are parts whose body frames are views of
+    ``body``: the body is not copied on its way to the socket.
 
     ``content_header`` is sent as it is when given; else ``properties`` and ``headers`` are
     encoded. Raises :class:`WireError` when the header does not fit in one frame.
@@ -271,7 +291,8 @@ def _publish_frames(
             f"the message's content header takes {len(content_header)} bytes, over the"
             f" broker's frame size of {frame_max}"
         )
-    data = publish_frames(
+    encode = publish_parts if len(body) > WHOLE_BODY_MAX else publish_frames
+    data = encode(
         number,
         exchange=exchange,
         routing_key=routing_key,

@@ -23,7 +23,7 @@ from sidecar.wire import PublishOutcome
 if TYPE_CHECKING:
     import asyncio
 
-    from sidecar.wire import BasicReturn, ContentHeader
+    from sidecar.wire import BasicReturn, Body, ContentHeader
 
 __all__ = ["Confirms"]
 
@@ -38,7 +38,7 @@ class _Publish:
     exchange: str
     routing_key: str
     header: bytes  # the content header's payload as sent
-    body: bytes
+    body: Body
     acemq_id: object  # the x-acemq-id header as sent, None without one
     returned: bool = False
 
@@ -57,7 +57,7 @@ class Confirms:
         exchange: str,
         routing_key: str,
         header: bytes,
-        body: bytes,
+        body: Body,
         acemq_id: object = None,
     ) -> asyncio.Future[PublishOutcome]:
         """Take the next delivery tag for a publish about to be sent; return its outcome."""
@@ -68,7 +68,7 @@ class Confirms:
         )
         return future
 
-    def mark_returned(self, method: BasicReturn, header: ContentHeader, body: bytes) -> bool:
+    def mark_returned(self, method: BasicReturn, header: ContentHeader, body: Body) -> bool:
         """Mark the publish a return is for; False when it matches none in flight.
 
         The candidates are the unconfirmed publishes, not yet returned, to the same

@@ -140,12 +140,16 @@ class Connection:
             await channel.close()
 
     async def close(self) -> None:
-        """Close the connection, waiting at most a few seconds for the broker."""
+        """Close the connection, waiting at most a few seconds for the broker.
+
+        Not at all while the broker blocks it: it reads nothing, the close included.
+        """
         link = self._link
         if not link.closed.is_set():
             link.write(connection_close())
+            wait_s = 0.0 if link.blocked else CLOSE_TIMEOUT_S
             with contextlib.suppress(TimeoutError):  # not wait_for: it can swallow a cancel
-                async with asyncio.timeout(CLOSE_TIMEOUT_S):
+                async with asyncio.timeout(wait_s):
                     await asyncio.shield(self._control.close_ok)
         link.abort(BrokerConnectionError("closed by the sidecar"))
 

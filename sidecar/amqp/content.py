@@ -6,7 +6,9 @@ a delivery: its property bytes travel as an :class:`UndecodableTable`, so the re
 quarantines the message instead of the connection dropping on every redelivery; so does
 one too large to read (the frame reader passed over it): its delivery carries an
 :class:`UnreadHeader` and the body, no properties and no headers. Frames out of order are
-an :class:`UnexpectedFrameError` (505). No I/O.
+an :class:`UnexpectedFrameError` (505), body frames past the size the header announced a
+:class:`FrameError`. A body is held once: the body frames are copied, as they arrive, into
+one buffer of the announced size, which the delivery then carries. No I/O.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from sidecar.errors import WireError
 from sidecar.wire import (
     BasicDeliver,
     BasicReturn,
+    Body,
     ContentHeader,
     Delivery,
     UndecodableTable,
@@ -31,7 +34,7 @@ __all__ = ["Content", "ContentReader", "delivery_of"]
 
 
 def delivery_of(
-    method: BasicDeliver, header: ContentHeader, body: bytes, unread: UnreadHeader | None = None
+    method: BasicDeliver, header: ContentHeader, body: Body, unread: UnreadHeader | None = None
 ) -> Delivery:
     """Return the delivery a ``basic.deliver`` and its content made."""
     raw = header.headers
@@ -54,7 +57,7 @@ class Content(NamedTuple):
 
     method: BasicDeliver | BasicReturn
     header: ContentHeader
-    body: bytes
+    body: Body
     unread: UnreadHeader | None = None  # the header was too large to read: it is empty
 
 
@@ -66,7 +69,7 @@ class ContentReader:
         self._method: BasicDeliver | BasicReturn | None = None
         self._header: ContentHeader | None = None
         self._unread: UnreadHeader | None = None
-        self._parts: list[bytes] = []
+        self._body = bytearray()  # the body being received, at its announced size
         self._received = 0
         # The body size the last delivery's content header announced (None after a
         # return's): known before the body frames arrive.
@@ -79,7 +82,7 @@ class ContentReader:
                 f"channel {self._number}: a delivery or return before the content of the last"
             )
         self._method, self._header = method, None
-        self._parts, self._received = [], 0
+        self._received = 0
 
     def on_header(self, payload: bytes) -> Content | None:
         """Take the content header; return the message when it has no body."""
@@ -99,23 +102,31 @@ class ContentReader:
     def _take_header(self, header: ContentHeader) -> Content | None:
         self._header = header
         self.announced = header.body_size if isinstance(self._method, BasicDeliver) else None
-        return self._finish(b"") if header.body_size == 0 else None
+        if header.body_size == 0:
+            return self._finish(b"")
+        self._body = bytearray(header.body_size)
+        return None
 
-    def on_body(self, payload: bytes) -> Content | None:
+    def on_body(self, payload: memoryview) -> Content | None:
         """Take a body frame; return the message once its body is whole."""
         header = self._header
         if self._method is None or header is None:
             raise UnexpectedFrameError(f"channel {self._number}: content body without a header")
-        self._parts.append(payload)
-        self._received += len(payload)
-        if self._received < header.body_size:
+        start = self._received
+        end = self._received = start + len(payload)
+        if end > header.body_size:
+            raise FrameError(
+                f"channel {self._number}: body frames of {end} bytes or more, over the"
+                f" {header.body_size} its content header announced"
+            )
+        self._body[start:end] = payload
+        if end < header.body_size:
             return None
-        parts = self._parts
-        return self._finish(parts[0] if len(parts) == 1 else b"".join(parts))
+        return self._finish(self._body)
 
-    def _finish(self, body: bytes) -> Content:
+    def _finish(self, body: Body) -> Content:
         method, header, unread = self._method, self._header, self._unread
-        self._method, self._header, self._unread, self._parts = None, None, None, []
+        self._method, self._header, self._unread, self._body = None, None, None, bytearray()
         assert method is not None  # noqa: S101 - checked by the callers
         assert header is not None  # noqa: S101
         return Content(method, header, body, unread)

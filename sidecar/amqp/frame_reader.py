@@ -11,6 +11,11 @@ relays what a publisher sent at a larger frame size) is passed over: its bytes a
 as they arrive, never held whole, and its channel is told its size and body size
 (``on_unread_header``); its body frames follow as for any other.
 
+A channel whose deliveries hold their budget of bytes (``has_room`` false) holds the
+reader at its next content header: nothing more is read (``held``) until the link feeds it
+again, so the bytes in flight of a route stay within its budget plus one message. Body
+frames are handed on as views of the bytes read, not copies.
+
 A frame it cannot read raises :class:`WireError` (a :class:`FrameError` with the reply
 code of the violation where there is one); the link closes the connection for it. The
 server's own protocol header is a :class:`NotAmqpError`. No I/O: the link feeds it.
@@ -67,8 +72,11 @@ class ChannelEnd(Protocol):
     def on_header(self, payload: bytes) -> None:
         """Handle a content header frame."""
 
-    def on_body(self, payload: bytes) -> None:
-        """Handle a content body frame."""
+    def on_body(self, payload: memoryview) -> None:
+        """Handle a content body frame: a view of the bytes read, valid during the call."""
+
+    def has_room(self) -> bool:
+        """Whether the channel takes another message now (its bytes in flight are in budget)."""
 
     def on_unread_header(self, unread: UnreadHeader, *, body_size: int) -> None:
         """Handle a content header too large to read: only its size and body size are known."""
@@ -109,13 +117,20 @@ class FrameReader:
         # many reads is copied once, not once per read.
         self._kept_kind, self._kept_whole = 0, 0
         self._skip: _Skip | None = None  # a content header being passed over
+        # A channel had no room for the content header the kept bytes begin with: nothing
+        # is read until the link feeds again (``feed(b"")`` after clearing it).
+        self.held = False
 
     def feed(self, data: bytes) -> None:
         """Hand on every frame made whole by ``data``; keep the start of the next one.
 
         Raises :class:`WireError` for a frame it cannot read; nothing after it is read.
+        While ``held``, ``data`` is only kept.
         """
         buffer = self._buffer
+        if self.held:
+            buffer += data
+            return
         while True:
             if self._skip is not None:
                 rest = self._pass_over(self._skip, data)
@@ -176,6 +191,7 @@ class FrameReader:
         if buffer.startswith(b"AMQP"):  # the server's own protocol header: not 0-9-1
             raise NotAmqpError(f"the server refused AMQP 0-9-1 and offers {bytes(buffer[:8])!r}")
         owners = self._owners
+        view = memoryview(buffer)
         while size - at >= 8:
             kind, number, length = HEADER.unpack_from(buffer, at)
             if length > owners.frame_max and not (
@@ -187,15 +203,17 @@ class FrameReader:
                 break
             if buffer[end] != FRAME_END:
                 raise FrameError(f"frame on channel {number} lacks its frame-end octet")
-            payload = buffer[at + 7 : end]
-            if kind == FRAME_METHOD:
-                self._on_method(number, payload, buffer, at)
+            if kind == FRAME_BODY:
+                if channel := owners.channels.get(number):
+                    channel.on_body(view[at + 7 : end])
+            elif kind == FRAME_METHOD:
+                self._on_method(number, buffer[at + 7 : end], buffer, at)
             elif kind == FRAME_HEADER:
                 if channel := owners.channels.get(number):
-                    channel.on_header(payload)
-            elif kind == FRAME_BODY:
-                if channel := owners.channels.get(number):
-                    channel.on_body(payload)
+                    if not channel.has_room():
+                        self.held = True
+                        return at
+                    channel.on_header(buffer[at + 7 : end])
             elif kind != FRAME_HEARTBEAT:
                 raise FrameError(f"unknown frame type {kind} on channel {number}")
             at = end + 1
@@ -215,6 +233,10 @@ class FrameReader:
             )
         if len(buffer) - at < 7 + _FIXED.size:
             return at  # its body size comes next
+        channel = self._owners.channels.get(number)
+        if channel is not None and not channel.has_room():
+            self.held = True
+            return at
         _, _, body_size = _FIXED.unpack_from(buffer, at + 7)
         unread = UnreadHeader(size=length, limit=HEADER_FRAME_MAX)
         self._skip = _Skip(number, unread, body_size, left=length + 1 - _FIXED.size)

@@ -84,10 +84,12 @@ class Control:
                 self.close_ok.set_result(None)
         elif isinstance(method, spec.Connection.Blocked):
             self.blocked_reason = str(method.reason or "no reason given")
+            self._link.blocked = True
             self.unblocked.clear()
             log.warning("the broker blocks publishing: %s", self.blocked_reason)
         elif isinstance(method, spec.Connection.Unblocked):
             self.blocked_reason = None
+            self._link.blocked = False
             self.unblocked.set()
             log.info("the broker unblocked publishing")
         else:
@@ -99,6 +101,7 @@ class Control:
         if not self.close_ok.done():
             self.close_ok.set_result(None)
         self.blocked_reason = None
+        self._link.blocked = False
         self.unblocked.set()
 
     def close_frame(self, reply_code: int, reply_text: str) -> bytes:

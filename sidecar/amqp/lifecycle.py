@@ -50,9 +50,13 @@ class ChannelLink(Protocol):
 
     loop: asyncio.AbstractEventLoop
     frame_max: int
+    blocked: bool  # the broker reads nothing from the link now (connection.blocked)
 
-    def write(self, data: bytes) -> None:
-        """Queue bytes for the socket."""
+    def write(self, data: bytes | list[bytes | memoryview]) -> None:
+        """Queue bytes for the socket (a list: parts that leave as it takes them, unjoined)."""
+
+    def resume_reading(self) -> None:
+        """Read again if a channel's budget held the reading: one made room."""
 
     def forget(self, number: int) -> None:
         """Free a channel number once the channel is closed on both sides."""
@@ -136,7 +140,12 @@ class ChannelLife:
         return await self._requests.send(request, self.number, timeout_s=timeout_s)
 
     async def close(self) -> None:
-        """Close the channel; unacked deliveries go back to their queues."""
+        """Close the channel; unacked deliveries go back to their queues.
+
+        It waits for the broker's close-ok at most ``CLOSE_TIMEOUT_S``, and not at all
+        while the broker blocks the connection (it reads nothing, the close included): the
+        channel ends at once on our side, and its number stays taken until the close-ok.
+        """
         self._before_close()
         if self._state is ChannelState.CLOSED:
             return
@@ -149,7 +158,7 @@ class ChannelLife:
         # that arrives as the close-ok does, and a cancelled opener would then go on to
         # consume with a configuration a reload has replaced.
         with contextlib.suppress(TimeoutError, ChannelLostError):
-            async with asyncio.timeout(CLOSE_TIMEOUT_S):
+            async with asyncio.timeout(0.0 if self._link.blocked else CLOSE_TIMEOUT_S):
                 await asyncio.shield(done)
         self.lose(ChannelLostError("channel closed by the sidecar"))
 

@@ -8,12 +8,16 @@ in one ``write`` call at its end.
 A frame it cannot read ends the connection with ``connection.close`` and the reply code of
 the violation (501, 505; 541 for a fault of ours) before the socket closes. While the
 socket's write buffer is over ``WRITE_BUFFER_HIGH`` (a broker that does not read), it
-stops reading, so that nothing it reads can make it write more.
+stops reading, so that nothing it reads can make it write more; a large publish's parts
+(``write_parts``) leave only as the buffer drains, and what is written after them waits
+behind them. While a channel's deliveries hold its budget of bytes (the frame reader
+``held``), it stops reading too, until a settlement makes room (``resume_reading``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 from typing import TYPE_CHECKING, Final, cast
 
@@ -52,7 +56,83 @@ WRITE_BUFFER_HIGH: Final = 1024 * 1024
 CLOSE_AFTER_S: Final = 1.0  # our close after a frame error: the socket goes this much later
 
 
-class Link(asyncio.Protocol):
+class _Writes:
+    """The link's writes: batched per turn of the loop; a large publish's parts as it drains."""
+
+    loop: asyncio.AbstractEventLoop
+    _transport: asyncio.Transport | None
+    reading_paused: bool  # the write buffer is over its mark: pause_writing sets it
+
+    def _writes_begin(self) -> None:
+        self._out: list[bytes] = []
+        self._out_bytes = 0
+        self._flush_due = False
+        self._last_write = self.loop.time()
+        # Parts waiting for the socket's write buffer to drain (a large publish, and what
+        # was written after it), in order.
+        self._backlog: collections.deque[bytes | memoryview] = collections.deque()
+
+    def write(self, data: bytes | list[bytes | memoryview]) -> None:
+        """Queue bytes; what one turn of the loop queues leaves at its end in one write.
+
+        A list is a large publish in parts (``write_parts``).
+
+        A turn that queues more (hundreds of publishes made from one read) sends every
+        ``WRITE_BATCH_BYTES`` as it goes, so the broker routes the first publishes while
+        the sidecar still makes the rest, instead of waiting for the whole batch.
+        """
+        if isinstance(data, list):
+            self.write_parts(data)
+            return
+        if not self._flush_due:
+            self._flush_due = True
+            self.loop.call_soon(self._end_of_turn)
+        self._out.append(data)
+        self._out_bytes += len(data)
+        if self._out_bytes >= WRITE_BATCH_BYTES:
+            self.flush()
+
+    def write_parts(self, parts: list[bytes | memoryview]) -> None:
+        """Queue a large publish in parts; they leave as the socket's write buffer takes them.
+
+        Never joined: a body's frames are views of it, so it is not copied whole on its
+        way out. What was queued before goes first, what is written after waits behind.
+        """
+        self.flush()
+        self._backlog.extend(parts)
+        self._pump()
+
+    def _end_of_turn(self) -> None:
+        self._flush_due = False
+        self.flush()
+
+    def flush(self) -> None:
+        """Send what is queued now, without waiting for the end of the turn."""
+        out, self._out = self._out, []
+        self._out_bytes = 0
+        transport = self._transport
+        if not out or transport is None or transport.is_closing():
+            return
+        data = out[0] if len(out) == 1 else b"".join(out)
+        if self._backlog:
+            self._backlog.append(data)  # behind a large publish still leaving
+            self._pump()
+            return
+        transport.write(data)
+        self._last_write = self.loop.time()
+
+    def _pump(self) -> None:
+        """Write the parts waiting while the socket's write buffer is under its mark."""
+        transport, backlog = self._transport, self._backlog
+        if transport is None or transport.is_closing():
+            backlog.clear()
+            return
+        while backlog and not self.reading_paused:  # pause_writing sets it, as it comes
+            transport.write(backlog.popleft())
+            self._last_write = self.loop.time()
+
+
+class Link(_Writes, asyncio.Protocol):
     """The socket: frames in, batched writes out, heartbeats, and who is waiting on what."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -65,13 +145,15 @@ class Link(asyncio.Protocol):
         self.close_reason: BaseException | None = None
         self._transport: asyncio.Transport | None = None
         self._reader = FrameReader(self)
-        self._out: list[bytes] = []
-        self._out_bytes = 0
-        self._flush_due = False
+        self._writes_begin()
+        self._resume_due = False
         self._last_read = loop.time()
-        self._last_write = loop.time()
         self._heartbeat: asyncio.TimerHandle | None = None
-        self.reading_paused = False
+        self.reading_paused = False  # the write buffer is over its mark
+        self.reading_held = False  # a channel has no room for its next delivery
+        # The broker said connection.blocked (set by the control): it reads nothing from
+        # this link until it unblocks, so no answer to what is written now will come.
+        self.blocked = False
 
     # --- asyncio.Protocol ---
 
@@ -88,12 +170,40 @@ class Link(asyncio.Protocol):
             self._transport.pause_reading()
 
     def resume_writing(self) -> None:
-        """Read again: the write buffer drained."""
+        """Read again (unless a channel holds the reading): the write buffer drained."""
         if self._transport is not None and self.reading_paused:
             self.reading_paused = False
-            self._last_read = self.loop.time()  # the silence was ours, not the broker's
-            if not self._transport.is_closing():
-                self._transport.resume_reading()
+            self._pump()
+            if not self.reading_paused and not self.reading_held:
+                self._read_again()
+
+    def _read_again(self) -> None:
+        assert self._transport is not None  # noqa: S101 - callers check
+        self._last_read = self.loop.time()  # the silence was ours, not the broker's
+        if not self._transport.is_closing():
+            self._transport.resume_reading()
+
+    def resume_reading(self) -> None:
+        """Read on soon if a channel's budget held the reading (a settlement made room).
+
+        In a turn of its own: the frames kept are handed on from the loop, never from
+        inside a channel's ack or close.
+        """
+        if self.reading_held and not self._resume_due:
+            self._resume_due = True
+            self.loop.call_soon(self._resume_held)
+
+    def _resume_held(self) -> None:
+        self._resume_due = False
+        if self.closed.is_set() or not self.reading_held:
+            return
+        self._reader.held = False
+        self._feed(b"")
+        if self._reader.held or self.closed.is_set():
+            return  # still no room
+        self.reading_held = False
+        if self._transport is not None and not self.reading_paused:
+            self._read_again()
 
     def connection_lost(self, exc: Exception | None) -> None:
         """End the link: every channel and waiter learns why."""
@@ -104,6 +214,12 @@ class Link(asyncio.Protocol):
         if self.closed.is_set():  # after our close for a bad frame: nothing more is read
             return
         self._last_read = self.loop.time()
+        self._feed(data)
+        if self._reader.held and not self.reading_held and self._transport is not None:
+            self.reading_held = True
+            self._transport.pause_reading()
+
+    def _feed(self, data: bytes) -> None:
         try:
             self._reader.feed(data)
         except NotAmqpError as e:  # the server's own protocol header: nothing to close
@@ -117,36 +233,6 @@ class Link(asyncio.Protocol):
             log.exception("internal error while reading from the broker; closing the connection")
             self.refuse(INTERNAL_ERROR, f"internal error in the client: {e!r}")
 
-    # --- writing ---
-
-    def write(self, data: bytes) -> None:
-        """Queue bytes; what one turn of the loop queues leaves at its end in one write.
-
-        A turn that queues more (hundreds of publishes made from one read) sends every
-        ``WRITE_BATCH_BYTES`` as it goes, so the broker routes the first publishes while
-        the sidecar still makes the rest, instead of waiting for the whole batch.
-        """
-        if not self._flush_due:
-            self._flush_due = True
-            self.loop.call_soon(self._end_of_turn)
-        self._out.append(data)
-        self._out_bytes += len(data)
-        if self._out_bytes >= WRITE_BATCH_BYTES:
-            self.flush()
-
-    def _end_of_turn(self) -> None:
-        self._flush_due = False
-        self.flush()
-
-    def flush(self) -> None:
-        """Send what is queued now, without waiting for the end of the turn."""
-        out, self._out = self._out, []
-        self._out_bytes = 0
-        transport = self._transport
-        if out and transport is not None and not transport.is_closing():
-            transport.write(out[0] if len(out) == 1 else b"".join(out))
-            self._last_write = self.loop.time()
-
     # --- life ---
 
     def start_heartbeat(self, interval_s: int) -> None:
@@ -158,7 +244,7 @@ class Link(asyncio.Protocol):
     def _beat(self, interval_s: int) -> Callable[[], None]:
         def beat() -> None:
             now = self.loop.time()
-            if self.reading_paused:
+            if self.reading_paused or self.reading_held:
                 # We stopped reading (the broker takes nothing we write): what it sent
                 # waits unread, so its silence tells nothing. TCP ends a dead socket.
                 self._last_read = now
@@ -214,6 +300,7 @@ class Link(asyncio.Protocol):
         if self.close_reason is None:
             self.close_reason = reason
         self.closed.set()
+        self._backlog.clear()
         if self._heartbeat is not None:
             self._heartbeat.cancel()
         lost = ChannelLostError(f"the connection closed: {self.close_reason}")

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine, Mapping
 
     from sidecar.contract import PropertyValue
-    from sidecar.wire import Delivery, FieldValue, PublishOutcome, UndecodableTable
+    from sidecar.wire import Body, Delivery, FieldValue, PublishOutcome, UndecodableTable
 
 __all__ = ["AckChannel", "Consumer", "Publisher", "RelayChannel", "RelayConnection"]
 
@@ -30,7 +30,7 @@ class Publisher(Protocol):
 
     async def publish(
         self,
-        body: bytes,
+        body: Body,
         *,
         exchange: str,
         routing_key: str,
@@ -85,11 +85,14 @@ class Consumer(Protocol):
         *,
         consumer_tag: str,
         on_body_size: Callable[[int], None] | None = None,
+        max_in_flight_bytes: int | None = None,
     ) -> None:
         """Start consuming; ``callback`` runs as its own task per delivery.
 
         ``on_body_size`` hears each delivery's body size from its content header, before
         the body arrives; it runs in the frame handler, so it must be quick and not raise.
+        While the deliveries not yet settled hold ``max_in_flight_bytes`` of body, the
+        connection reads nothing more: they never hold more than that plus one message.
         """
         ...
 

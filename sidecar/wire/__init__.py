@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from sidecar.wire.address import BrokerAddress, Secret, host_port, mask_url
 from sidecar.wire.decode import decode_table, decode_table_for_pamqp
-from sidecar.wire.delivery import Delivery, PublishOutcome, UnreadHeader
+from sidecar.wire.delivery import Body, Delivery, PublishOutcome, UnreadHeader
 from sidecar.wire.encode import encode_table, encode_table_for_pamqp, tag_of
 from sidecar.wire.failover import Failover
 from sidecar.wire.fields import (
@@ -67,6 +67,7 @@ from sidecar.wire.frames import (
     parse_deliver,
     parse_return,
     publish_frames,
+    publish_parts,
     put_shortstr,
     read_shortstr,
 )
@@ -102,6 +103,7 @@ __all__ = [
     "METHOD",
     "BasicDeliver",
     "BasicReturn",
+    "Body",
     "BrokerAddress",
     "ByteArray",
     "ContentHeader",
@@ -138,6 +140,7 @@ __all__ = [
     "parse_deliver",
     "parse_return",
     "publish_frames",
+    "publish_parts",
     "put_shortstr",
     "read_shortstr",
     "tag_of",

@@ -11,11 +11,16 @@ from __future__ import annotations
 from collections.abc import Mapping  # noqa: TC003
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TypeAlias
 
 from sidecar.wire.fields import FieldValue, PropertyValue  # noqa: TC001
 from sidecar.wire.frames import UndecodableTable  # noqa: TC001
 
-__all__ = ["Delivery", "PublishOutcome", "UnreadHeader"]
+__all__ = ["Body", "Delivery", "PublishOutcome", "UnreadHeader"]
+
+# A message body: a consumed one is the buffer its frames were received into, never
+# copied on its way to the publish (docs/memory.md).
+Body: TypeAlias = bytes | bytearray
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -39,7 +44,7 @@ class Delivery:
     redelivered: bool
     properties: Mapping[str, PropertyValue]
     headers: Mapping[str, FieldValue]
-    body: bytes
+    body: Body
     undecodable: UndecodableTable | None = None
     # Set when the content header was too large to read: properties and headers are empty.
     unread_header: UnreadHeader | None = None

@@ -28,6 +28,7 @@ from sidecar.wire.encode import encode_table
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from sidecar.wire.delivery import Body
     from sidecar.wire.fields import FieldTable, FieldValue, PropertyValue
 
 __all__ = [
@@ -50,6 +51,7 @@ __all__ = [
     "parse_deliver",
     "parse_return",
     "publish_frames",
+    "publish_parts",
     "put_shortstr",
     "read_shortstr",
 ]
@@ -298,7 +300,7 @@ def publish_frames(
     *,
     exchange: str,
     routing_key: str,
-    body: bytes,
+    body: Body,
     content_header: bytes,
     frame_max: int,
     mandatory: bool = True,
@@ -311,7 +313,7 @@ def publish_frames(
     """
     method_payload = _publish_method(exchange, routing_key, mandatory=mandatory)
     end = b"\xce"
-    out = [
+    out: list[bytes | bytearray] = [
         HEADER.pack(FRAME_METHOD, channel, len(method_payload)),
         method_payload,
         end,
@@ -324,6 +326,44 @@ def publish_frames(
         chunk = body[start : start + step]
         out += (HEADER.pack(FRAME_BODY, channel, len(chunk)), chunk, end)
     return b"".join(out)
+
+
+def publish_parts(
+    channel: int,
+    *,
+    exchange: str,
+    routing_key: str,
+    body: Body,
+    content_header: bytes,
+    frame_max: int,
+    mandatory: bool = True,
+) -> list[bytes | memoryview]:
+    """Return the bytes of :func:`publish_frames` in parts, the body's as views of ``body``.
+
+    For a large body: written part by part as the socket takes them, it is never copied
+    whole (``publish_frames`` joins a copy of it). Each body frame is two parts: its
+    payload, then its frame-end octet with the next frame's head.
+    """
+    method_payload = _publish_method(exchange, routing_key, mandatory=mandatory)
+    end = b"\xce"
+    head = [
+        HEADER.pack(FRAME_METHOD, channel, len(method_payload)),
+        method_payload,
+        end,
+        HEADER.pack(FRAME_HEADER, channel, len(content_header)),
+        content_header,
+        end,
+    ]
+    parts: list[bytes | memoryview] = []
+    view = memoryview(body)
+    step = frame_max - 8
+    for start in range(0, len(body), step):
+        chunk = view[start : start + step]
+        head.append(HEADER.pack(FRAME_BODY, channel, len(chunk)))
+        parts += (b"".join(head), chunk)
+        head = [end]
+    parts.append(b"".join(head))
+    return parts
 
 
 # A route publishes to one or two exchanges with one or a few routing keys: the method

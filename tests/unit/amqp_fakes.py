@@ -21,12 +21,18 @@ class FakeLink:
     def __init__(self) -> None:
         self.loop = asyncio.get_running_loop()
         self.frame_max = 131072
+        self.blocked = False
+        self.resumed = 0
         self.written: list[bytes] = []
         self.forgotten: list[int] = []
 
-    def write(self, data: bytes) -> None:
-        """Keep what the channel sends."""
-        self.written.append(data)
+    def write(self, data: bytes | list[bytes | memoryview]) -> None:
+        """Keep what the channel sends (a large publish's parts joined)."""
+        self.written.append(data if isinstance(data, bytes) else b"".join(data))
+
+    def resume_reading(self) -> None:
+        """Count the channel's calls: a settlement made room."""
+        self.resumed += 1
 
     def forget(self, number: int) -> None:
         """A closed channel frees its number."""

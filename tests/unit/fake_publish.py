@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sidecar.publish_gate import PROBE_ROUTING_KEY
-from sidecar.wire import PublishOutcome
+from sidecar.wire import Body, PublishOutcome
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -24,7 +24,7 @@ Answer = PublishOutcome | Exception
 class Publish:
     """One publish as the fake received it."""
 
-    body: bytes
+    body: Body
     exchange: str
     routing_key: str
     properties: dict[str, Any]
@@ -45,7 +45,7 @@ class PublishRecorder:
 
     async def publish(
         self,
-        body: bytes,
+        body: Body,
         *,
         exchange: str,
         routing_key: str,

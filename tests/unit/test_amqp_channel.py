@@ -27,7 +27,7 @@ def deliver(channel: Channel, tag: int, body: bytes = b"x") -> None:
     assert channel.on_method(60 << 16 | 60, payload_of(method))
     header = pamqp_header.ContentHeader(0, len(body), spec.Basic.Properties(message_id=f"m{tag}"))
     channel.on_header(pamqp_frame.marshal(header, 1)[7:-1])
-    channel.on_body(body)
+    channel.on_body(memoryview(body))
 
 
 async def consuming(link: FakeLink) -> tuple[Channel, list[Delivery]]:
@@ -104,7 +104,7 @@ async def test_confirms_settle_by_tag_multiple_included_and_returns_by_match() -
     assert channel.on_method(60 << 16 | 50, payload_of(returned))
     header = pamqp_header.ContentHeader(0, 6, spec.Basic.Properties(message_id="m2"))
     channel.on_header(pamqp_frame.marshal(header, 1)[7:-1])
-    channel.on_body(b"body-2")
+    channel.on_body(memoryview(b"body-2"))
     channel.on_method(60 << 16 | 80, payload_of(spec.Basic.Ack(delivery_tag=3, multiple=True)))
     channel.on_method(60 << 16 | 120, payload_of(spec.Basic.Nack(delivery_tag=4)))
     outcomes = await asyncio.gather(*publishes)
@@ -189,8 +189,8 @@ async def test_the_body_size_is_told_at_the_content_header_before_the_body() -> 
     header = pamqp_header.ContentHeader(0, 10, spec.Basic.Properties())
     channel.on_header(pamqp_frame.marshal(header, 1)[7:-1])
     assert sizes == [10]
-    channel.on_body(b"01234")
-    channel.on_body(b"56789")
+    channel.on_body(memoryview(b"01234"))
+    channel.on_body(memoryview(b"56789"))
     method = spec.Basic.Deliver(consumer_tag="c", delivery_tag=2, exchange="", routing_key="q")
     channel.on_method(60 << 16 | 60, payload_of(method))
     empty = pamqp_header.ContentHeader(0, 0, spec.Basic.Properties())
@@ -221,7 +221,7 @@ def broker_returns(channel: Channel, body: bytes, headers: dict[str, Any]) -> No
     assert channel.on_method(60 << 16 | 50, payload_of(returned))
     header = pamqp_header.ContentHeader(0, len(body), spec.Basic.Properties(headers=headers))
     channel.on_header(pamqp_frame.marshal(header, 1)[7:-1])
-    channel.on_body(body)
+    channel.on_body(memoryview(body))
 
 
 async def test_a_return_is_matched_by_its_bytes_not_only_by_its_id_and_body() -> None:

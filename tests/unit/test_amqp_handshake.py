@@ -15,10 +15,12 @@ from sidecar.amqp import (
     Connection,
     MissingEntityError,
     connect,
+    lifecycle,
 )
+from sidecar.amqp import connection as connection_module
 from sidecar.errors import SidecarError
 from sidecar.wire import BrokerAddress
-from tests.scripted_broker import ScriptedBroker, refuse, silent
+from tests.scripted_broker import Answer, ScriptedBroker, refuse, silent
 
 BOUND_S = 10  # no test waits longer than this for anything
 
@@ -154,3 +156,28 @@ async def test_a_blocked_connection_is_logged_and_stays_open(
     messages = [r.getMessage() for r in caplog.records]
     assert "the broker blocks publishing: low on memory" in messages
     assert "the broker unblocked publishing" in messages
+
+
+async def test_closing_while_the_broker_blocks_waits_for_no_close_ok(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A blocked broker reads nothing, a close included: neither close waits for its answer.
+
+    The number of the channel stays taken until the close-ok comes (it may come after the
+    alarm), so that no new channel meets the broker's idea of the old one.
+    """
+    monkeypatch.setattr(lifecycle, "CLOSE_TIMEOUT_S", 3600.0)
+    monkeypatch.setattr(connection_module, "CLOSE_TIMEOUT_S", 3600.0)
+    answers: dict[str, Answer] = {"Channel.Close": silent, "Connection.Close": silent}
+    async with ScriptedBroker(answers=answers) as server:
+        connection = await connected(server)
+        channel = await connection.channel(prefetch=1)
+        server.send(spec.Connection.Blocked("low on memory"))
+        async with asyncio.timeout(BOUND_S):
+            await connection.check_queue("q")  # answered after the block was read
+            assert connection.blocked_reason == "low on memory"
+            await channel.close()
+            assert channel.state is ChannelState.CLOSED
+            assert channel.number in connection._link.channels
+            await connection.close()
+        assert not connection.is_open

@@ -39,7 +39,7 @@ def deliver(inbound: Inbound, tag: int, body: bytes) -> None:
     method = spec.Basic.Deliver(consumer_tag="c", delivery_tag=tag, routing_key="staging")
     inbound.begin(parse_deliver(payload_of(method)))
     inbound.on_header(header(len(body)))
-    inbound.on_body(body)
+    inbound.on_body(memoryview(body))
 
 
 async def receiving() -> tuple[Inbound, StandIn, list[Delivery], list[int], list[bytes]]:
@@ -84,7 +84,7 @@ async def test_a_return_that_matches_no_publish_closes_the_channel() -> None:
     returned = spec.Basic.Return(312, "NO_ROUTE", exchange="ex", routing_key="rk")
     inbound.begin(parse_return(payload_of(returned)))
     inbound.on_header(header(3))
-    inbound.on_body(b"abc")
+    inbound.on_body(memoryview(b"abc"))
     await asyncio.sleep(0)
     assert channel.closes == 1
     assert (got, sizes) == ([], [])  # a return is no delivery, and has no window to size

@@ -26,6 +26,7 @@ class RecordingEnd:
     def __init__(self, *, hot: bool = True) -> None:
         self.hot = hot
         self.calls: list[tuple[str, Any]] = []
+        self.room = True  # has_room's answer
 
     def on_method(self, method_id: int, payload: bytes) -> bool:
         """Take the hot method (deliver) only."""
@@ -42,9 +43,13 @@ class RecordingEnd:
         """Note a content header."""
         self.calls.append(("header", payload))
 
-    def on_body(self, payload: bytes) -> None:
-        """Note a body frame."""
-        self.calls.append(("body", payload))
+    def on_body(self, payload: memoryview) -> None:
+        """Note a body frame (a copy: the view is valid during the call only)."""
+        self.calls.append(("body", bytes(payload)))
+
+    def has_room(self) -> bool:
+        """Whether the test lets another delivery's content in."""
+        return self.room
 
     def on_unread_header(self, unread: UnreadHeader, *, body_size: int) -> None:
         """Note a content header passed over."""

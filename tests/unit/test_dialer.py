@@ -33,10 +33,16 @@ class FakeConnection:
     """What the dialer reads of a lost connection: why it closed."""
 
     reason: str = "heartbeat timeout"
+    name: str = dialer_module.CONSUMING_NAME
+    closed: bool = False
 
     async def wait_closed(self) -> str:
         """Return the reason at once: the connection is already gone."""
         return self.reason
+
+    async def close(self) -> None:
+        """Close it."""
+        self.closed = True
 
 
 @dataclass
@@ -45,16 +51,21 @@ class Wire:
 
     stop: asyncio.Event
     up: set[str] = field(default_factory=set)  # hosts that answer
-    tried: list[str] = field(default_factory=list)
+    tried: list[str] = field(default_factory=list)  # the consuming connections' hosts
+    publishing: list[str] = field(default_factory=list)  # the publishing connections' hosts
+    publishing_up: bool = True
+    made: list[FakeConnection] = field(default_factory=list)
     delays: list[float] = field(default_factory=list)
     stop_after_sleeps: int | None = None
 
-    async def connect(self, address: BrokerAddress, **_: Any) -> FakeConnection:
+    async def connect(self, address: BrokerAddress, *, name: str, **_: Any) -> FakeConnection:
         """Answer for the hosts that are up; refuse the others."""
-        self.tried.append(address.host)
-        if address.host not in self.up:
+        publishing = name == dialer_module.PUBLISHING_NAME
+        (self.publishing if publishing else self.tried).append(address.host)
+        if address.host not in self.up or (publishing and not self.publishing_up):
             raise ConnectionError("connection refused")
-        return FakeConnection()
+        self.made.append(FakeConnection(name=name))
+        return self.made[-1]
 
     async def sleep_unless(self, stop: asyncio.Event, delay_s: float) -> None:
         """Record the delay instead of waiting it; stop after the given number of sleeps."""
@@ -107,6 +118,31 @@ async def test_a_reloaded_address_list_applies_at_the_next_connect(wire: Wire) -
     dialed = await dialer.connect(broker(moved))
     assert dialed is not None
     assert wire.tried == ["rabbit-new"]
+
+
+async def test_a_session_consumes_and_publishes_on_two_connections_to_one_node(
+    wire: Wire,
+) -> None:
+    """Publishing apart from consuming: an alarm blocks only the publishing connection."""
+    dialer = make_dialer(wire, *NODES)
+    wire.up = {address.host for address in NODES}
+    dialed = await dialer.connect(broker(*NODES))
+    assert dialed is not None
+    connections, address = dialed
+    assert wire.tried == wire.publishing == [address.host]
+    assert [c.name for c in wire.made] == ["acemq-sidecar", "acemq-sidecar publish"]
+    assert [connections.consuming, connections.publishing] == list(wire.made)  # type: ignore[comparison-overlap]
+
+
+async def test_a_node_whose_publishing_connection_fails_is_a_failed_attempt(wire: Wire) -> None:
+    """The consuming connection made first is closed, and the next node is tried."""
+    dialer = make_dialer(wire, *NODES)
+    wire.up = {address.host for address in NODES}
+    wire.publishing_up = False
+    wire.stop_after_sleeps = 1
+    assert await dialer.connect(broker(*NODES)) is None
+    assert len(wire.tried) == len(NODES)
+    assert all(connection.closed for connection in wire.made)
 
 
 async def test_a_stop_before_connecting_tries_nothing(wire: Wire) -> None:

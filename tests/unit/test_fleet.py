@@ -119,10 +119,16 @@ class QuietChannel:
     closed: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def consume(
-        self, queue: str, callback: Any, *, consumer_tag: str, on_body_size: Any = None
+        self,
+        queue: str,
+        callback: Any,
+        *,
+        consumer_tag: str,
+        on_body_size: Any = None,
+        max_in_flight_bytes: int | None = None,
     ) -> None:
         """Consume nothing."""
-        del queue, callback, consumer_tag, on_body_size
+        del queue, callback, consumer_tag, on_body_size, max_in_flight_bytes
 
     async def qos(self, prefetch_count: int) -> None:
         """Take any window."""

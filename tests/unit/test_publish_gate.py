@@ -114,8 +114,10 @@ def gate_on(connection: Connection) -> ConnectionGate:
     return ConnectionGate.of(cast("RelayConnection", connection))
 
 
-async def enter(gate: ConnectionGate, stop: asyncio.Event, channel: ProbeChannel) -> bool:
-    return gate.try_enter() or await gate.enter(stop, channel=cast("Publisher", channel))
+async def enter(gate: ConnectionGate, stop: asyncio.Event, channel: ProbeChannel) -> int:
+    if gate.try_enter():
+        return 0
+    return await gate.enter(stop, channel=cast("Publisher", channel))
 
 
 async def settled() -> None:
@@ -136,10 +138,10 @@ async def test_a_quiet_connection_probes_once_and_the_waiting_publishes_go_toget
     assert gate.in_flight == 3
     assert gate.try_enter(), "publishing on: the next one goes at once"
     for _ in range(4):
-        gate.leave(lead=False, answered=True)
+        gate.leave(lead=0, answered=True)
     assert gate.in_flight == 0
     assert gate.try_enter(), "a moment after the last answer: still publishing"
-    gate.leave(lead=False, answered=True)
+    gate.leave(lead=0, answered=True)
     quiet(gate)
     assert not gate.try_enter(), "quiet again: the next one probes"
     assert gate.probes == 1
@@ -172,7 +174,7 @@ async def test_an_answer_that_comes_with_connection_blocked_admits_nothing_yet()
     assert gate.in_flight == 0
     connection.blocked_reason = None
     connection.unblocked.set()
-    assert await entering is False  # the broker reads again: the answer came a moment ago
+    assert await entering == 0  # the broker reads again: the answer came a moment ago
     assert gate.probes == 1
 
 
@@ -185,7 +187,7 @@ async def test_a_stop_while_not_blocked_still_waits_for_the_probes_answer() -> N
     await settled()
     assert not entering.done()
     channel.answers.put_nowait(PublishOutcome.CONFIRMED)
-    assert await entering is False
+    assert await entering == 0
     assert gate.in_flight == 1
 
 
@@ -204,10 +206,10 @@ async def test_a_blocked_connection_admits_nothing_until_unblocked() -> None:
     connection.unblocked.set()
     await settled()
     channel.answers.put_nowait(PublishOutcome.CONFIRMED)  # then it probes as any quiet one
-    assert await entering is False
+    assert await entering == 0
     stop.set()
     connection.blocked_reason = "low on disk"  # the fake's unblocked event stays set: no matter
-    gate.leave(lead=False, answered=True)
+    gate.leave(lead=0, answered=True)
     with pytest.raises(ChannelLostError):
         await enter(gate, stop, channel)
 
@@ -218,15 +220,16 @@ async def test_a_probe_refused_403_makes_the_first_copy_after_quiet_lead_alone()
     first = asyncio.create_task(enter(gate, stop, channel))
     await settled()
     channel.answers.put_nowait(ChannelClosedError(403, "ACCESS_REFUSED - write to amq.default"))
-    assert await first is False  # the refusal is an answer: the broker read the probe
-    gate.leave(lead=False, answered=True)
+    assert await first == 0  # the refusal is an answer: the broker read the probe
+    gate.leave(lead=0, answered=True)
     quiet(gate)
-    assert await enter(gate, stop, channel) is True  # quiet again: this one leads
+    lead = await enter(gate, stop, channel)
+    assert lead  # quiet again: this one leads
     follower = asyncio.create_task(enter(gate, stop, channel))
     await settled()
     assert not follower.done(), "a copy went beside the lead"
-    gate.leave(lead=True, answered=True)
-    assert await follower is False
+    gate.leave(lead=lead, answered=True)
+    assert await follower == 0
     assert gate.probes == 1, "a refused probe is not sent again"
 
 
@@ -236,10 +239,11 @@ async def test_a_probe_that_fails_unexpectedly_never_stalls_publishing() -> None
     first = asyncio.create_task(enter(gate, stop, channel))
     await settled()
     channel.answers.put_nowait(RuntimeError("a bug"))
-    assert await first is True, "no answer from the broker: it goes alone, as a lead"
-    gate.leave(lead=True, answered=True)
+    lead = await first
+    assert lead, "no answer from the broker: it goes alone, as a lead"
+    gate.leave(lead=lead, answered=True)
     quiet(gate)
-    assert await enter(gate, stop, channel) is True  # leads from then on
+    assert await enter(gate, stop, channel)  # leads from then on
 
 
 async def test_the_registry_does_not_keep_a_connection_alive() -> None:
@@ -272,7 +276,7 @@ async def test_a_probe_whose_channel_the_sidecar_closed_proves_nothing() -> None
     assert other.published == [PROBE_ROUTING_KEY], "the one left probes on its own channel"
     assert gate.in_flight == 0
     other.answers.put_nowait(PublishOutcome.RETURNED)
-    assert await on_other is False
+    assert await on_other == 0
     assert (gate.probes, gate.in_flight) == (2, 1)
 
 
@@ -287,7 +291,7 @@ async def test_a_probe_on_a_channel_already_closed_is_not_sent() -> None:
     await settled()
     assert channel.published == [PROBE_ROUTING_KEY], "the gate is not left proving"
     channel.answers.put_nowait(PublishOutcome.CONFIRMED)
-    assert await entering is False
+    assert await entering == 0
 
 
 async def test_a_lead_never_answered_lets_no_one_go_unproven() -> None:
@@ -295,29 +299,32 @@ async def test_a_lead_never_answered_lets_no_one_go_unproven() -> None:
     connection, stop, channel = Connection(), asyncio.Event(), ProbeChannel()
     gate = gate_on(connection)
     gate._probe_refused = True  # the broker refused the probe once (403)
-    assert await enter(gate, stop, channel) is True
+    lead = await enter(gate, stop, channel)
+    assert lead
     follower = asyncio.create_task(enter(gate, stop, channel))
     await settled()
-    gate.leave(lead=True, answered=False)
-    assert await follower is True, "it must lead in turn, not go beside an unproven one"
+    gate.leave(lead=lead, answered=False)
+    lead = await follower
+    assert lead, "it must lead in turn, not go beside an unproven one"
     assert gate.in_flight == 1
     third = asyncio.create_task(enter(gate, stop, channel))
     await settled()
     assert not third.done()
-    gate.leave(lead=True, answered=True)
-    assert await third is False
+    gate.leave(lead=lead, answered=True)
+    assert await third == 0
 
 
 async def test_a_lead_on_a_connection_that_closed_lets_the_others_go_and_fail() -> None:
     connection, stop, channel = Connection(), asyncio.Event(), ProbeChannel()
     gate = gate_on(connection)
     gate._probe_refused = True
-    assert await enter(gate, stop, channel) is True
+    lead = await enter(gate, stop, channel)
+    assert lead
     follower = asyncio.create_task(enter(gate, stop, channel))
     await settled()
     connection.is_open = False
-    gate.leave(lead=True, answered=False)
-    assert await follower is False
+    gate.leave(lead=lead, answered=False)
+    assert await follower == 0
 
 
 async def test_a_stuck_publish_does_not_switch_probing_off() -> None:
@@ -327,7 +334,7 @@ async def test_a_stuck_publish_does_not_switch_probing_off() -> None:
     first = asyncio.create_task(enter(gate, stop, channel))
     await settled()
     channel.answers.put_nowait(PublishOutcome.CONFIRMED)
-    assert await first is False  # in flight, its confirm never comes
+    assert await first == 0  # in flight, its confirm never comes
     quiet(gate)  # ... for a quiet spell
     assert not gate.try_enter(), "went at once beside a publish stuck for a quiet spell"
     second = asyncio.create_task(enter(gate, stop, channel))
@@ -335,7 +342,7 @@ async def test_a_stuck_publish_does_not_switch_probing_off() -> None:
     assert channel.published == [PROBE_ROUTING_KEY] * 2
     assert not second.done()
     channel.answers.put_nowait(PublishOutcome.RETURNED)
-    assert await second is False
+    assert await second == 0
     assert gate.in_flight == 2
 
 
@@ -343,11 +350,12 @@ async def test_a_publish_that_failed_unanswered_does_not_restart_the_quiet_spell
     connection, stop, channel = Connection(), asyncio.Event(), ProbeChannel()
     gate = gate_on(connection)
     gate._probe_refused = True
-    assert await enter(gate, stop, channel) is True
-    gate.leave(lead=True, answered=True)
+    lead = await enter(gate, stop, channel)
+    assert lead
+    gate.leave(lead=lead, answered=True)
     assert gate.try_enter()
     quiet(gate)
-    gate.leave(lead=False, answered=False)  # not written (a WireError): not the broker's
+    gate.leave(lead=0, answered=False)  # not written (a WireError): not the broker's
     assert not gate.try_enter()
 
 
@@ -370,7 +378,7 @@ async def test_a_publish_cancelled_after_the_grant_is_counted_out() -> None:
     entering[0].cancel()  # ... and one is cancelled before it resumes
     with pytest.raises(asyncio.CancelledError):
         await entering[0]
-    assert await entering[1] is False
+    assert await entering[1] == 0
     assert gate.in_flight == 1
 
 
@@ -403,4 +411,54 @@ async def test_a_probe_unanswered_while_the_broker_blocks_admits_nothing(
     connection.unblocked.set()
     channel.answers.put_nowait(PublishOutcome.CONFIRMED)
     async with asyncio.timeout(5):
-        assert await entering is False
+        assert await entering == 0
+
+
+async def test_a_lead_unanswered_while_the_broker_does_not_block_stalls_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The probe refused (no write on amq.default): a lead's confirm that never comes.
+
+    The others go after the probe's bound, and the lead leaving later, answered or not,
+    settles nothing of a later lead's.
+    """
+    monkeypatch.setattr(connection_gate, "PROBE_ANSWER_S", 0.05)
+    connection, stop, channel = Connection(), asyncio.Event(), ProbeChannel()
+    gate = gate_on(connection)
+    gate._probe_refused = True
+    first = await enter(gate, stop, channel)
+    assert first
+    followers = [asyncio.create_task(enter(gate, stop, channel)) for _ in range(2)]
+    async with asyncio.timeout(5):
+        assert await asyncio.gather(*followers) == [0, 0]
+    assert gate.in_flight == 3
+    quiet(gate)
+    second = await enter(gate, stop, channel)
+    assert second
+    assert second != first
+    waiting = asyncio.create_task(enter(gate, stop, channel))
+    await settled()
+    gate.leave(lead=first, answered=False)  # the first lead fails at last
+    await settled()
+    assert not waiting.done(), "the first lead's end let a copy go beside the second"
+    gate.leave(lead=second, answered=True)
+    assert await waiting == 0
+
+
+async def test_a_lead_unanswered_while_the_broker_blocks_admits_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(connection_gate, "PROBE_ANSWER_S", 0.05)
+    connection, stop, channel = Connection(), asyncio.Event(), ProbeChannel()
+    gate = gate_on(connection)
+    gate._probe_refused = True
+    lead = await enter(gate, stop, channel)
+    assert lead
+    connection.blocked_reason = "low on memory"
+    follower = asyncio.create_task(enter(gate, stop, channel))
+    await asyncio.sleep(0.2)
+    assert not follower.done(), "a copy went beside the lead while the broker blocks"
+    connection.blocked_reason = None
+    connection.unblocked.set()
+    async with asyncio.timeout(5):
+        assert await follower == 0

@@ -11,11 +11,12 @@ from typing import cast
 
 import pytest
 
+from sidecar import publish_lane
 from sidecar.amqp import ChannelClosedError, ChannelLostError, Publisher, RelayConnection
 from sidecar.errors import WireError
 from sidecar.publish_gate import PROBE_ROUTING_KEY
 from sidecar.publish_lane import PublishLane
-from sidecar.wire import PublishOutcome
+from sidecar.wire import Body, PublishOutcome
 from tests.unit.fake_publish import Answer, Publish, PublishRecorder
 
 
@@ -42,7 +43,7 @@ class ClosingOnProbe(Channel):
 
     error: ChannelLostError = field(default_factory=lambda: ChannelLostError("closed"))
 
-    async def publish(self, body: bytes, *, routing_key: str, **rest: object) -> PublishOutcome:
+    async def publish(self, body: Body, *, routing_key: str, **rest: object) -> PublishOutcome:
         """The probe ends the channel; anything else is recorded and confirmed."""
         if routing_key == PROBE_ROUTING_KEY:
             self.probes += 1
@@ -233,7 +234,7 @@ async def test_a_publish_whose_channel_retired_while_it_waited_at_the_gate_takes
     class HeldProbe(Channel):
         """Its probe is answered when the test says."""
 
-        async def publish(self, body: bytes, *, routing_key: str, **rest: object) -> PublishOutcome:
+        async def publish(self, body: Body, *, routing_key: str, **rest: object) -> PublishOutcome:
             """Hold the probe; record and confirm the rest."""
             if routing_key == PROBE_ROUTING_KEY:
                 await answer.wait()
@@ -270,3 +271,40 @@ async def test_a_publish_whose_channel_retired_while_it_waited_at_the_gate_takes
         await waiting
     assert got == [connection.opened[1]], "the publish went on the retired channel"
     assert not shared.is_open
+
+
+@dataclass
+class Unanswered(Connection):
+    """A broker that reads no channel.open (it blocks the connection)."""
+
+    asked: int = 0
+
+    async def channel(self, *, prefetch: int) -> Channel:
+        """Never opens."""
+        del prefetch
+        self.asked += 1
+        await asyncio.Event().wait()
+        raise AssertionError
+
+
+async def test_opening_a_publish_channel_ends_at_a_stop() -> None:
+    connection = Unanswered()
+    stop = asyncio.Event()
+    lane = PublishLane(cast("RelayConnection", connection), stop=stop)
+    opening = asyncio.create_task(lane.open())
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert connection.asked == 1
+    stop.set()
+    with pytest.raises(ChannelLostError, match="stopping"):
+        await opening
+
+
+async def test_opening_a_publish_channel_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(publish_lane, "OPEN_TIMEOUT_S", 0.01)
+    lane = lane_on(Unanswered())
+    with pytest.raises(ChannelLostError, match="did not open a publish channel"):
+        await lane.open()
+    with pytest.raises(ChannelLostError, match="did not open a publish channel"):
+        async with lane.alone():
+            pass

@@ -104,6 +104,7 @@ class FakeConsumer:
         *,
         consumer_tag: str,
         on_body_size: Callable[[int], None] | None = None,
+        max_in_flight_bytes: int | None = None,
     ) -> None:
         """Unused here."""
         raise NotImplementedError

@@ -30,7 +30,7 @@ from sidecar.metrics import Metrics
 from sidecar.relay import RouteWorker
 from sidecar.route_context import RouteContext
 from sidecar.routes import Mode, Publishers, Route, RouteLimits
-from sidecar.wire import Delivery, Int32, Int64, PublishOutcome
+from sidecar.wire import Body, Delivery, Int32, Int64, PublishOutcome
 
 KIB = 1024
 Callback = Callable[[Delivery], Coroutine[Any, Any, None]]
@@ -128,6 +128,7 @@ class FakeChannel:
     calls: list[tuple[str, object]] = field(default_factory=list)
     transit: dict[str, int] = field(default_factory=dict)  # consumer -> sent, not arrived
     live_at_close: int | None = None
+    budgets: list[int | None] = field(default_factory=list)  # each consume's byte budget
     consuming: bool = False
 
     def record(self, op: str, arg: object) -> None:
@@ -148,9 +149,11 @@ class FakeChannel:
         *,
         consumer_tag: str,
         on_body_size: Callable[[int], None] | None = None,
+        max_in_flight_bytes: int | None = None,
     ) -> None:
         """Start a consumer as the frame is sent; the test may hold back the consume-ok."""
         del queue
+        self.budgets.append(max_in_flight_bytes)
         assert self.is_open
         assert consumer_tag not in self.consumers, f"tag {consumer_tag} reused on the channel"
         if not self.consuming:  # a consumer channel from now on: its open counts too
@@ -219,7 +222,7 @@ class FakeChannel:
 
     async def publish(
         self,
-        body: bytes,
+        body: Body,
         *,
         exchange: str,
         routing_key: str,
@@ -452,8 +455,9 @@ async def test_a_larger_body_shrinks_the_window_and_the_overshoot_is_the_old_win
         await broker.all_acked.wait()
     route.request_stop()
     await running
-    assert overshoot <= 16 * 64 * KIB  # the old window of the new size
+    assert overshoot <= 16 * 64 * KIB  # the old window of the new size (the client bounds it)
     assert broker.peak_bytes <= budget  # once the old window's deliveries were settled
+    assert {b for channel in broker.consuming for b in channel.budgets} == {budget}
     qos = [n for op, n in broker.calls if op in ("open", "qos")]
     assert qos == [1, 8, 16, 4]
     assert broker.peak_in_flight <= 16
