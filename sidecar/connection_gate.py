@@ -76,9 +76,31 @@ class _Proofs:
         self._lead = 0
         self._leads = 0
         self._lead_bound: asyncio.TimerHandle | None = None
+        # Publishes let go by an answer that have not run yet, and the newcomers that wait
+        # for them: the ones that waited are written first, so a route's order holds.
+        self._resuming = 0
+        self._after_resume: list[asyncio.Future[None]] = []
 
     def _blocked(self) -> bool:
         raise NotImplementedError
+
+    async def _behind_the_resuming(self) -> None:
+        """Wait until every publish an answer let go has run (a few turns of the loop)."""
+        while self._resuming:
+            turn: asyncio.Future[None] = self._loop.create_future()
+            self._after_resume.append(turn)
+            await turn
+
+    def _resumed(self, granted: asyncio.Future[bool]) -> None:
+        """Count a let-go publish as run; the last one lets the newcomers decide."""
+        if not granted.done() or granted.cancelled() or not granted.result():
+            return
+        self._resuming -= 1
+        if self._resuming == 0:
+            turns, self._after_resume = self._after_resume, []
+            for turn in turns:
+                if not turn.done():
+                    turn.set_result(None)
 
     def _start_lead(self) -> int:
         """Make this publish the lead; return its number. Bounded as the probe is.
@@ -124,6 +146,7 @@ class _Proofs:
         finally:
             if not granted.done():
                 granted.cancel()  # _settle_proof skips it
+            self._resumed(granted)
         if granted.cancelled():
             raise ChannelLostError("stopping while the broker blocks publishing")
         if not granted.result():
@@ -152,6 +175,7 @@ class _Proofs:
             if not granted.done():
                 if proven:
                     self.in_flight += 1
+                    self._resuming += 1
                 granted.set_result(proven)
 
 
@@ -194,6 +218,7 @@ class ConnectionGate(_Proofs):
         """Enter at once while the broker keeps answering; False: ``enter`` must wait."""
         if (
             not self._proving
+            and not self._resuming
             and self._loop.time() - self._answered_at < QUIET_S
             and not self._blocked()
         ):
@@ -212,6 +237,7 @@ class ConnectionGate(_Proofs):
         another channel and enter again).
         """
         while True:
+            await self._behind_the_resuming()
             decision = admit(
                 GateState(
                     blocked=self._blocked(),

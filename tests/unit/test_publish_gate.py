@@ -462,3 +462,24 @@ async def test_a_lead_unanswered_while_the_broker_blocks_admits_nothing(
     connection.unblocked.set()
     async with asyncio.timeout(5):
         assert await follower == 0
+
+
+async def test_the_publishes_that_waited_for_the_probe_go_before_a_newcomer() -> None:
+    """Per-route order: a copy arriving as the probe is answered goes after those that waited."""
+    connection, stop, channel = Connection(), asyncio.Event(), ProbeChannel()
+    gate = gate_on(connection)
+    written: list[int] = []
+
+    async def copy(n: int) -> None:
+        await enter(gate, stop, channel)
+        written.append(n)
+
+    waited = [asyncio.create_task(copy(n)) for n in range(3)]
+    await settled()
+    assert channel.published == [PROBE_ROUTING_KEY]
+    channel.answers.put_nowait(PublishOutcome.RETURNED)
+    for _ in range(3):  # the probe's answer is read, and the next deliveries with it
+        await asyncio.sleep(0)
+    newcomers = [asyncio.create_task(copy(n)) for n in range(3, 6)]
+    await asyncio.gather(*waited, *newcomers)
+    assert written == [0, 1, 2, 3, 4, 5]
