@@ -2,7 +2,7 @@
 
 This package owns every rule of docs/contract.md and nothing else, one module per part:
 ``names`` (section 2's headers and the labels), ``verdict`` (the policy, the violation
-kinds, Relay and Reject), ``readers`` (section 3), ``envelope`` and ``normalise`` (the
+kinds, Relay and Reject), ``readers`` (section 3), ``envelope`` and ``normaliser`` (the
 function and its steps), ``properties``, ``replay``, ``widen`` (section 7); ``producers``
 (the producer label of x-acemq-origin) and ``vectors`` (the conformance-vector format).
 It is pure: no I/O, no clock, and normalise never raises. Values are the typed field
@@ -38,7 +38,7 @@ from sidecar.contract.names import ROUTE_POSITION as ROUTE_POSITION
 from sidecar.contract.names import TYPE as TYPE
 from sidecar.contract.names import UNKNOWN_RESERVED_LABEL as UNKNOWN_RESERVED_LABEL
 from sidecar.contract.names import VERSION as VERSION
-from sidecar.contract.normalise import normalise
+from sidecar.contract.normaliser import normalise
 from sidecar.contract.properties import move_user_id
 from sidecar.contract.replay import stamp_replay
 from sidecar.contract.verdict import Kind, Policy, Publishers, Reject, Relay, Verdict, Violation

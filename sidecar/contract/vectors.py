@@ -13,7 +13,7 @@ import struct
 from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
 
-from sidecar.contract.normalise import normalise
+from sidecar.contract.normaliser import normalise
 from sidecar.contract.verdict import Kind, Policy, Publishers, Reject, Relay
 from sidecar.errors import VectorError
 from sidecar.wire import (

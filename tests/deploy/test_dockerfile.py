@@ -378,7 +378,7 @@ def _passes_the_vectors_compiled(stage: BuildStage) -> None:
     """The environment's own interpreter imports the compiled modules and conforms."""
     check = (
         "import sys, runpy; from importlib import import_module as load;"
-        "c, w, f = map(load, ('sidecar.contract.normalise', 'sidecar.wire.decode',"
+        "c, w, f = map(load, ('sidecar.contract.normaliser', 'sidecar.wire.decode',"
         " 'sidecar.wire.frames'));"
         "assert all(m.__file__.endswith('.so') for m in (c, w, f)), (c.__file__, w.__file__);"
         "assert c.__file__.startswith(sys.argv[2]), c.__file__;"
