@@ -28,8 +28,8 @@ from sidecar.logs import LEVELS, parse_level
 if TYPE_CHECKING:
     from collections.abc import Coroutine, Sequence
 
-    from sidecar import quarantine_tool
     from sidecar.quarantine import QuarantinedMessage, Selection
+    from sidecar.quarantine_tool import BrokerTarget
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -111,8 +111,8 @@ def _run(file: str, *, log_level: str | None) -> int:
     # Imported here so that `conform` and `normalise` start without the I/O stack.
     from prometheus_client import CollectorRegistry  # noqa: PLC0415
 
-    from sidecar import logs  # noqa: PLC0415
     from sidecar.clock import Clock  # noqa: PLC0415
+    from sidecar.logs import configure  # noqa: PLC0415
     from sidecar.route_files import load_config  # noqa: PLC0415
     from sidecar.service import Service  # noqa: PLC0415
 
@@ -122,7 +122,7 @@ def _run(file: str, *, log_level: str | None) -> int:
         print(e, file=sys.stderr)
         return EXIT_USAGE
     # The command line (or ACEMQ_LOG_LEVEL) wins over the file's log_level; INFO otherwise.
-    logs.configure(level=log_level or route_map.log_level or "INFO")
+    configure(level=log_level or route_map.log_level or "INFO")
     service = Service(
         route_map,
         config_path=Path(file),
@@ -198,7 +198,7 @@ def _quarantine(args: argparse.Namespace) -> int:
         return EXIT_FAILED
 
 
-def _broker_target(config: str | None, url: str | None) -> quarantine_tool.BrokerTarget:
+def _broker_target(config: str | None, url: str | None) -> BrokerTarget:
     from sidecar.quarantine_tool import BrokerTarget  # noqa: PLC0415
     from sidecar.wire import BrokerAddress  # noqa: PLC0415
 
@@ -221,13 +221,17 @@ def _broker_target(config: str | None, url: str | None) -> quarantine_tool.Broke
 
 
 async def _quarantine_command(
-    args: argparse.Namespace, target: quarantine_tool.BrokerTarget, selection: Selection
+    args: argparse.Namespace, target: BrokerTarget, selection: Selection
 ) -> int:
-    from sidecar import quarantine_tool  # noqa: PLC0415
     from sidecar.clock import Clock  # noqa: PLC0415
     from sidecar.quarantine import format_rows  # noqa: PLC0415
+    from sidecar.quarantine_tool import (  # noqa: PLC0415 - the I/O stack, only for this command
+        list_messages,
+        open_connection,
+        replay_messages,
+    )
 
-    connection = await quarantine_tool.open_connection(target)
+    connection = await open_connection(target)
     try:
         if args.quarantine == "list":
             rows: list[QuarantinedMessage] = []
@@ -238,7 +242,7 @@ async def _quarantine_command(
                 else:
                     rows.append(row)
 
-            report = await quarantine_tool.list_messages(
+            report = await list_messages(
                 connection, args.queue, selection, now_ms=Clock.system().now_ms(), on_row=on_row
             )
             if not args.json and report.selected:
@@ -246,7 +250,7 @@ async def _quarantine_command(
             for note in report.notes():
                 print(note, file=sys.stderr)
             return EXIT_FAILED if report.interrupted else EXIT_OK
-        replay = await quarantine_tool.replay_messages(
+        replay = await replay_messages(
             connection,
             args.queue,
             selection,

@@ -14,13 +14,14 @@ import logging
 import signal
 from typing import TYPE_CHECKING
 
-from sidecar import __version__, probes, startup_signals
+from sidecar import __version__, startup_signals
 from sidecar.contract import CONTRACT_VERSION
 from sidecar.dialer import Dialer
 from sidecar.errors import ConfigError
 from sidecar.fleet import RouteFleet
 from sidecar.health import HealthServer
 from sidecar.metrics import Metrics, ReloadResult
+from sidecar.probes import liveness, readiness
 from sidecar.reload_plan import plan_reload
 from sidecar.route_files import RouteMapFile
 from sidecar.waits import first_of, sleep_unless
@@ -105,7 +106,7 @@ class Service:
         The tick task stamps ``_last_tick`` every ``TICK_S``; a loop blocked by a
         synchronous call or a busy callback stops stamping, and this thread sees it.
         """
-        return probes.liveness(
+        return liveness(
             stopping=self._stop.is_set(),
             stale_s=self._clock.monotonic() - self._last_tick,
             limit_s=LIVENESS_STALE_S,
@@ -119,7 +120,7 @@ class Service:
     def readiness(self) -> Probe:
         """Ready when connected, not blocked, and every route of the map consumes (``probes``)."""
         connected = self._connected  # snapshots: the loop may swap the map meanwhile
-        return probes.readiness(
+        return readiness(
             connected=connected,
             routes=[route.name for route in self._route_map.routes],
             pause_reasons=self._fleet.pause_reasons(),
