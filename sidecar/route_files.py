@@ -9,21 +9,22 @@ touched. ``RouteMapFile`` is the file as a reload sees it: read again, or notice
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sidecar.route_parse import load_route_map
+from sidecar.errors import ConfigError
+from sidecar.route_parse import parse_route_map
 from sidecar.tls import client_context
 from sidecar.waits import sleep_unless
 
 if TYPE_CHECKING:
     import asyncio
     import os
-    from collections.abc import Mapping
-    from pathlib import Path
+    from collections.abc import Callable, Mapping
 
     from sidecar.route_map import RouteMap, TlsConfig
 
-__all__ = ["RouteMapFile", "load_config"]
+__all__ = ["RouteMapFile", "load_config", "load_route_map"]
 
 log = logging.getLogger("sidecar.service")  # the process's lines, whichever module writes them
 
@@ -31,6 +32,31 @@ log = logging.getLogger("sidecar.service")  # the process's lines, whichever mod
 def load_config(path: str | os.PathLike[str], *, env: Mapping[str, str]) -> RouteMap:
     """Read, parse and check the route map at ``path``; raise ``ConfigError`` on a problem."""
     return load_route_map(path, env=env, check_tls=_check_tls)
+
+
+def load_route_map(
+    path: str | os.PathLike[str],
+    *,
+    env: Mapping[str, str],
+    check_tls: Callable[[TlsConfig], None] | None = None,
+) -> RouteMap:
+    """Read and parse the route map at ``path``; an unreadable file is a ``ConfigError``.
+
+    ``check_tls`` is as for ``parse_route_map``.
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(
+            f"cannot read the route map: {e}", source=str(path), line=None, key=None
+        ) from e
+    return parse_route_map(
+        text,
+        source=str(path),
+        env=env,
+        read_file=lambda p: Path(p).read_text(encoding="utf-8"),
+        check_tls=check_tls,
+    )
 
 
 def _check_tls(tls: TlsConfig) -> None:

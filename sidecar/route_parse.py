@@ -20,7 +20,6 @@ only through the functions the caller passes in.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
@@ -42,13 +41,12 @@ from sidecar.route_text import show
 from sidecar.route_yaml import format_path, interpolate, read_yaml
 
 if TYPE_CHECKING:
-    import os
     from collections.abc import Callable, Mapping
 
     from sidecar.route_yaml import KeyPath, TreeReader
     from sidecar.wire import BrokerAddress
 
-__all__ = ["load_route_map", "parse_route_map"]
+__all__ = ["parse_route_map"]
 
 
 def parse_route_map(
@@ -98,31 +96,6 @@ def parse_route_map(
             path: KeyPath = ("broker", "tls", e.key)
             raise reader.error(e.detail, path=path, line=line_for(path, reader, kind="")) from None
     return route_map
-
-
-def load_route_map(
-    path: str | os.PathLike[str],
-    *,
-    env: Mapping[str, str],
-    check_tls: Callable[[TlsConfig], None] | None = None,
-) -> RouteMap:
-    """Read and parse the route map at ``path``; an unreadable file is a ``ConfigError``.
-
-    ``check_tls`` is as for ``parse_route_map``.
-    """
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(
-            f"cannot read the route map: {e}", source=str(path), line=None, key=None
-        ) from e
-    return parse_route_map(
-        text,
-        source=str(path),
-        env=env,
-        read_file=lambda p: Path(p).read_text(encoding="utf-8"),
-        check_tls=check_tls,
-    )
 
 
 def _url_from_file(

@@ -27,7 +27,7 @@ from sidecar.route_map import (
     RouteMap,
     TlsConfig,
 )
-from sidecar.route_parse import load_route_map, parse_route_map
+from sidecar.route_parse import parse_route_map
 from sidecar.route_schema import route_map_json_schema
 from sidecar.route_text import describe
 from sidecar.route_yaml import MAX_DEPTH, MAX_VALUES
@@ -46,7 +46,6 @@ __all__ = [
     "RouteMap",
     "TlsConfig",
     "describe",
-    "load_route_map",
     "parse_route_map",
     "route_map_json_schema",
 ]

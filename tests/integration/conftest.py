@@ -16,7 +16,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from sidecar.clock import Clock
-from sidecar.routes import load_route_map
+from sidecar.route_files import load_route_map
 from sidecar.service import Service
 from tests.support import Broker
 

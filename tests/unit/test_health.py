@@ -35,7 +35,7 @@ from sidecar.http_server import (
     listen,
 )
 from sidecar.metrics import Metrics
-from sidecar.routes import load_route_map
+from sidecar.route_files import load_route_map
 from sidecar.service import Service
 
 if TYPE_CHECKING:

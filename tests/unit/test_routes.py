@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sidecar.errors import ConfigError
+from sidecar.route_files import load_route_map
 from sidecar.routes import (
     BrokerConfig,
     HttpConfig,
@@ -23,7 +24,6 @@ from sidecar.routes import (
     RouteMap,
     TlsConfig,
     describe,
-    load_route_map,
     parse_route_map,
     route_map_json_schema,
 )
