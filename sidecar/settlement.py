@@ -259,7 +259,7 @@ def unread_header(unread: UnreadHeader) -> str:
     )
 
 
-def unwritable_quarantine(reason: str, error: Exception) -> DeadLetter:
+def unwritable_quarantine(reason: str, error: Exception | str) -> DeadLetter:
     """Return the decision for a quarantine copy that cannot be written as AMQP at all.
 
     Not even without its headers: there is nowhere left to send it, and a redelivery
@@ -268,7 +268,7 @@ def unwritable_quarantine(reason: str, error: Exception) -> DeadLetter:
     return DeadLetter(f"{bounded(reason)}; and the quarantine copy cannot be written: {error}")
 
 
-def unencodable(error: Exception) -> Quarantine:
+def unencodable(error: Exception | str) -> Quarantine:
     """Return the decision for a normalised copy that cannot be written as AMQP."""
     return Quarantine(f"the normalised message cannot be encoded: {error}")
 
