@@ -12,8 +12,8 @@ def backoff_s(
     attempt: int, *, rng: random.Random, base_s: float = 0.5, cap_s: float = 30.0
 ) -> float:
     """Return the delay after ``attempt`` earlier ones: half the step fixed, half random."""
-    step = min(cap_s, base_s * float(2 ** min(attempt, 32)))
-    return step / 2 + rng.uniform(0, step / 2)
+    half = min(cap_s, base_s * float(2 ** min(attempt, 32))) / 2
+    return half + half * rng.random()  # rng.uniform(0, half), without its call
 
 
 @dataclass(slots=True)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, ClassVar, Final, TypeAlias, assert_never
+from typing import TYPE_CHECKING, ClassVar, Final, NamedTuple, TypeAlias, assert_never
 
 from sidecar import settlement_holds
 from sidecar.delivery import PublishOutcome
@@ -154,8 +154,7 @@ PUBLISHED: Final[Mapping[PublishOutcome, Confirmed | Returned | Nacked]] = Mappi
 # --- the actions the settler carries out ---------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Publish:
+class Publish(NamedTuple):
     """Publish ``plan`` once; ``alone``: on a channel of its own, not the shared one."""
 
     plan: Plan
@@ -261,8 +260,11 @@ Event: TypeAlias = Violations | Held | RetriedCopy | Quarantined | Bug | Left
 # --- the state and the step ----------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Attempt:
+# Publish, Attempt and Step are made for every delivery: NamedTuples, immutable as frozen
+# dataclasses are and made in half the time (docs/decisions/0060-settle-step.md).
+
+
+class Attempt(NamedTuple):
     """Where one delivery stands: its plan, on which channel, how often the plan was held."""
 
     plan: Plan
@@ -270,8 +272,7 @@ class Attempt:
     holds: int = 0  # publishes of this plan the broker held back
 
 
-@dataclass(frozen=True, slots=True)
-class Step:
+class Step(NamedTuple):
     """What to do next, the state to come back with, and what was seen on the way."""
 
     action: Action

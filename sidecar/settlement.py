@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from enum import StrEnum
+from types import MappingProxyType
 from typing import TYPE_CHECKING, TypeAlias, assert_never
 
 from sidecar.contract import ERROR, ORIGIN, Policy, Reject, Relay, move_user_id, normalise
@@ -154,6 +155,7 @@ class DeadLetter:
 
 Plan: TypeAlias = Copy | Quarantine
 Decision: TypeAlias = Done | Quarantine | Hold | Alone | DeadLetter
+_DONE = MappingProxyType({outcome: Done(outcome) for outcome in Outcome})  # one per message
 
 
 def plan_delivery(
@@ -224,7 +226,7 @@ def after_publish(
 def _after_copy(published: PublishOutcome, copy: Copy, *, exchange: str) -> Decision:
     match published:
         case PublishOutcome.CONFIRMED:
-            return Done(copy.outcome)
+            return _DONE[copy.outcome]
         case PublishOutcome.RETURNED:
             return Quarantine(
                 f'unroutable: exchange "{exchange}" has no binding for routing key'
@@ -242,7 +244,7 @@ def _after_copy(published: PublishOutcome, copy: Copy, *, exchange: str) -> Deci
 
 def _after_quarantine(published: PublishOutcome, *, exchange: str, route: str) -> Decision:
     if published is PublishOutcome.CONFIRMED:
-        return Done(Outcome.QUARANTINED)
+        return _DONE[Outcome.QUARANTINED]
     return Hold(
         f'quarantine exchange "{exchange}" {published.value} the copy (routing key "{route}");'
         " bind a queue to it. The message is held meanwhile (until broker.consumer_timeout_s"
