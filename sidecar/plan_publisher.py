@@ -1,11 +1,11 @@
-"""Publishing one delivery's plan, and reading the broker's answer into a decision.
+"""Publishing one delivery's plan: the I/O of it, no decision.
 
 ``PlanPublisher`` does the publishing ``sidecar.settler``'s settle loop asks for: the
 normalised copy on the target exchange, or the original on the quarantine exchange (without
 its headers when they cannot be written), on the route's shared publish channel or alone
 on a channel of its own (``sidecar.publish_lane``); and the reject (requeue=false) that
-dead-letters a delivery nothing takes. What each answer means is ``sidecar.settlement``'s;
-when to publish again, to hold or to ack is the settle loop's.
+dead-letters a delivery nothing takes. It returns the broker's raw outcome or raises; the
+settler reads either into an answer, and ``sidecar.settle_step`` decides what it means.
 """
 
 from __future__ import annotations
@@ -13,31 +13,18 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, assert_never
 
-from sidecar.amqp import ChannelClosedError, ChannelLostError, MissingEntityError
 from sidecar.errors import WireError
-from sidecar.settlement import (
-    Copy,
-    Hold,
-    Quarantine,
-    after_publish,
-    internal_error,
-    quarantine_copy,
-    reason_only,
-    unencodable,
-    unwritable_quarantine,
-)
-from sidecar.settlement_holds import after_refusal, slow_confirm
+from sidecar.settlement import Copy, Quarantine, quarantine_copy, reason_only
+from sidecar.settlement_holds import slow_confirm
 from sidecar.wire import PublishOutcome
 
 if TYPE_CHECKING:
-    import asyncio
-
     from sidecar.amqp import AckChannel, Publisher
     from sidecar.contract import PropertyValue
     from sidecar.publish_lane import PublishLane
     from sidecar.route_context import RouteContext
     from sidecar.route_state import HeldDelivery
-    from sidecar.settlement import Decision, Plan
+    from sidecar.settlement import Plan
     from sidecar.wire import Delivery, FieldValue
 
 __all__ = ["CONFIRM_TIMEOUT_S", "PlanPublisher"]
@@ -50,59 +37,20 @@ CONFIRM_TIMEOUT_S = 30.0  # after this a publish without a confirm is reported, 
 class PlanPublisher:
     """Publishes one route's plans and dead-letters what nothing takes; see the module docstring."""
 
-    def __init__(self, context: RouteContext, *, stop: asyncio.Event) -> None:
+    def __init__(self, context: RouteContext) -> None:
         self.route = context.route
         self._quarantine_exchange = context.quarantine_exchange
         self._login = context.login
         self._metrics = context.metrics
-        self._stop = stop
 
-    async def attempt(
-        self, lane: PublishLane, delivery: Delivery, plan: Plan, held: HeldDelivery, *, alone: bool
-    ) -> Decision:
-        """Publish the plan once; return what settlement makes of the broker's answer.
-
-        ``alone``: on a channel of its own rather than the shared one. Raises what the
-        settle loop must handle itself: a missing entity, a channel lost for good (a stop,
-        or the connection gone), and a quarantine copy that fails unexpectedly (a bug:
-        the broker redelivers it). One that cannot be written is dead-lettered.
-        """
-        exchange = (
-            self._quarantine_exchange if isinstance(plan, Quarantine) else self.route.exchange
-        )
-        try:
-            published = await self._publish_on(lane, delivery, plan, held, alone=alone)
-        except MissingEntityError:
-            raise
-        except ChannelClosedError as e:
-            return after_refusal(e.code, e.text, plan, alone=alone, exchange=exchange)
-        except ChannelLostError:
-            if self._stop.is_set() or not lane.connection_open:
-                raise
-            # The shared channel was closed by another publish's refusal before or while
-            # this one went out: it may have been routed, or not.
-            return Hold("the publish channel closed; retrying on a new one", may_duplicate=True)
-        except (WireError, ValueError, TypeError) as e:
-            if isinstance(plan, Quarantine):
-                return unwritable_quarantine(plan.reason, e)
-            return unencodable(e)
-        except Exception as e:
-            if isinstance(plan, Quarantine):
-                raise
-            log.exception("route %s: unexpected error while publishing", self.route.name)
-            return internal_error(e)
-        return after_publish(
-            published,
-            plan,
-            exchange=self.route.exchange,
-            quarantine_exchange=self._quarantine_exchange,
-            route=self.route.name,
-        )
-
-    async def _publish_on(
+    async def publish(
         self, lane: PublishLane, delivery: Delivery, plan: Plan, held: HeldDelivery, *, alone: bool
     ) -> PublishOutcome:
-        """Publish the plan on a channel of its own, or on the shared one."""
+        """Publish the plan once and return the broker's settlement of it, or raise.
+
+        ``alone``: on a channel of its own rather than the shared one. What the outcome or
+        the exception means is the settler's to read (``sidecar.settle_step``'s to decide).
+        """
         if alone:
             async with lane.alone() as publisher:
                 return await self._publish_plan(publisher, delivery, plan, held)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from enum import StrEnum
+from types import MappingProxyType
 from typing import TYPE_CHECKING, TypeAlias, assert_never
 
 from sidecar.contract import ERROR, ORIGIN, Policy, Reject, Relay, move_user_id, normalise
@@ -152,6 +153,7 @@ class DeadLetter:
 
 Plan: TypeAlias = Copy | Quarantine
 Decision: TypeAlias = Done | Quarantine | Hold | Alone | DeadLetter
+_DONE = MappingProxyType({outcome: Done(outcome) for outcome in Outcome})  # one per message
 
 
 def plan_delivery(
@@ -222,7 +224,7 @@ def after_publish(
 def _after_copy(published: PublishOutcome, copy: Copy, *, exchange: str) -> Decision:
     match published:
         case PublishOutcome.CONFIRMED:
-            return Done(copy.outcome)
+            return _DONE[copy.outcome]
         case PublishOutcome.RETURNED:
             return Quarantine(
                 f'unroutable: exchange "{exchange}" has no binding for routing key'
@@ -240,7 +242,7 @@ def _after_copy(published: PublishOutcome, copy: Copy, *, exchange: str) -> Deci
 
 def _after_quarantine(published: PublishOutcome, *, exchange: str, route: str) -> Decision:
     if published is PublishOutcome.CONFIRMED:
-        return Done(Outcome.QUARANTINED)
+        return _DONE[Outcome.QUARANTINED]
     return Hold(
         f'quarantine exchange "{exchange}" {published.value} the copy (routing key "{route}");'
         " bind a queue to it. The message is held meanwhile (until broker.consumer_timeout_s"
@@ -257,7 +259,7 @@ def unread_header(unread: UnreadHeader) -> str:
     )
 
 
-def unwritable_quarantine(reason: str, error: Exception) -> DeadLetter:
+def unwritable_quarantine(reason: str, error: Exception | str) -> DeadLetter:
     """Return the decision for a quarantine copy that cannot be written as AMQP at all.
 
     Not even without its headers: there is nowhere left to send it, and a redelivery
@@ -266,7 +268,7 @@ def unwritable_quarantine(reason: str, error: Exception) -> DeadLetter:
     return DeadLetter(f"{bounded(reason)}; and the quarantine copy cannot be written: {error}")
 
 
-def unencodable(error: Exception) -> Quarantine:
+def unencodable(error: Exception | str) -> Quarantine:
     """Return the decision for a normalised copy that cannot be written as AMQP."""
     return Quarantine(f"the normalised message cannot be encoded: {error}")
 

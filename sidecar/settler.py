@@ -1,10 +1,12 @@
-"""The I/O of one delivery: plan once, publish until the broker takes it, ack.
+"""The I/O of one delivery: carry out what the settle step decides, until it is settled.
 
-``Settler`` carries out what ``sidecar.settlement`` decides for each delivery a route's
-``RouteWorker`` hands it: the plan made once, each publish of it (``PlanPublisher``, on the
-route's publish lane), the holds with their own backoff on a channel that stays open, and
-the ack on the channel the delivery came on. Its one rule is the relay's: a delivery is
-acked only after the broker confirmed its normalised copy, or its quarantine copy.
+``Settler`` runs ``sidecar.settle_step`` for each delivery a route's ``RouteWorker`` hands
+it: ``begin``, then each action carried out (a publish by ``PlanPublisher`` on the route's
+publish lane, a wait, the ack or reject on the channel the delivery came on) and each
+publish's result or exception read into an answer, in one place (``publish_answer``), for
+``after``. What the step observed goes to metrics, the route log and the route's state in
+one place too (``_observe``). Its one rule is the relay's: a delivery is acked only after
+the broker confirmed its normalised copy, or its quarantine copy.
 """
 
 from __future__ import annotations
@@ -12,67 +14,63 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, assert_never
 
-from sidecar.amqp import ChannelLostError, MissingEntityError
-from sidecar.backoff import Backoff
+from sidecar.amqp import ChannelClosedError, ChannelLostError, MissingEntityError
+from sidecar.backoff import backoff_s
 from sidecar.contract import Policy
 from sidecar.contract.producers import producer_of
+from sidecar.errors import WireError
 from sidecar.plan_publisher import PlanPublisher
 from sidecar.route_state import HeldDelivery
 from sidecar.routes import Mode
-from sidecar.settlement import (
-    Alone,
+from sidecar.settle_step import (
+    BUG_REASON,
+    PUBLISHED,
+    Ack,
+    Blocked,
+    Bug,
     DeadLetter,
-    Done,
-    Hold,
-    Outcome,
-    Quarantine,
-    Target,
-    internal_error,
-    plan_delivery,
+    Failed,
+    GiveBack,
+    Held,
+    Left,
+    LetGo,
+    Lost,
+    Publish,
+    Quarantined,
+    Refused,
+    RetriedCopy,
+    Unwritable,
+    Violations,
+    Wait,
+    WaitUnblocked,
+    after,
+    begin,
 )
-from sidecar.settlement_holds import HoldLimits, Wait, after_hold, blocked
+from sidecar.settlement import Target
+from sidecar.settlement_holds import HoldLimits
 from sidecar.waits import first_of, sleep_unless
 
 if TYPE_CHECKING:
     import asyncio
-    import random
 
     from sidecar.amqp import AckChannel, RelayConnection
     from sidecar.publish_lane import PublishLane
     from sidecar.route_context import RouteContext
     from sidecar.route_log import RouteLog
     from sidecar.route_state import RouteState
-    from sidecar.settlement import Plan
+    from sidecar.settle_step import Answer, Event
     from sidecar.wire import Delivery
 
-__all__ = ["Settler"]
+__all__ = ["Settler", "publish_answer"]
 
 log = logging.getLogger("sidecar.relay")  # the relay's lines, whichever module writes them
 
 
-class _Retries:
-    """How one delivery's current plan has been retried so far."""
-
-    __slots__ = ("alone", "attempts", "backoff")
-
-    def __init__(self, *, rng: random.Random) -> None:
-        self.backoff = Backoff(rng=rng)
-        self.attempts = 0  # publishes of this plan the broker held back
-        self.alone = False  # publish on a channel of its own (once a refusal was ambiguous)
-
-    def restart(self) -> _Retries:
-        """Count and back off afresh for a new plan (the quarantine copy); alone stays."""
-        self.attempts = 0
-        self.backoff.reset()
-        return self
-
-
 class Settler:
-    """Settles one route's deliveries: plan once, publish until the broker takes it, ack.
+    """Settles one route's deliveries: the settle step's actions carried out, its events sunk.
 
-    The plan and the reading of every broker answer are ``sidecar.settlement``'s; this
-    class runs the loop they call for and acks, its ``PlanPublisher`` publishes each time
-    (and rejects what nothing takes).
+    What to do with each delivery is ``sidecar.settle_step``'s; this class publishes (by
+    its ``PlanPublisher``), waits, acks and rejects as the step says.
     """
 
     def __init__(
@@ -97,6 +95,7 @@ class Settler:
             nack_max_attempts=route.limits.nack_max_attempts,
             nack_max_s=route.limits.nack_max_s,
         )
+        self._quarantine_exchange = context.quarantine_exchange
         self._metrics = context.metrics
         self._clock = context.clock
         self._new_id = context.new_id
@@ -104,7 +103,7 @@ class Settler:
         self._log = log
         self._stop = stop
         self._rng = context.rng
-        self._publisher = PlanPublisher(context, stop=stop)
+        self._publisher = PlanPublisher(context)
         self._lane: PublishLane | None = None
         self._connection: RelayConnection | None = None
 
@@ -114,63 +113,35 @@ class Settler:
         self._connection = connection
 
     async def settle(self, consumer: AckChannel, delivery: Delivery) -> None:
-        """Settle one delivery: publish what the plan says until the broker takes it, then ack.
+        """Settle one delivery: carry out the settle step's actions until it is settled.
 
-        The plan is made once. When the broker will not take a copy for now (``Hold``), the
-        delivery is held and retried with its own backoff, bounded by the route's limits:
-        closing its channel would requeue it, and a quorum queue counts every requeue
-        against its delivery limit. A publish without a confirm is never sent twice: its
-        first outcome is awaited however long it takes.
+        The plan is made once. A held delivery stays unacked on its channel and is
+        published again after the step's wait: closing its channel would requeue it, and a
+        quorum queue counts every requeue against its delivery limit. A publish without a
+        confirm is never sent twice: its first outcome is awaited however long it takes.
         """
-        state, route = self._state, self.route.name
+        state = self._state
         state.begin()
         started = self._clock.monotonic()
         held = HeldDelivery(state)
         try:
             lane = self._lane
             assert lane is not None  # noqa: S101 - attached before consuming starts
-            result = await self._carry_out(consumer, lane, delivery, held, started=started)
-            if isinstance(result, DeadLetter):
-                await self._publisher.dead_letter(consumer, delivery, result.reason)
-            elif result is not None and await consumer.ack(delivery.delivery_tag):
-                self._metrics.observe_message(route, result, self._clock.monotonic() - started)
-                held.release()
-                state.settled()
+            await self._carry_out(consumer, lane, delivery, held, started=started)
         except MissingEntityError as e:
             # The passive checks of a reopen say when it exists again; till then the
             # deliveries wait in staging, not here.
             state.pause(str(e))
             await consumer.close()
         except ChannelLostError as e:
-            log.debug("route %s: delivery left to the broker: %s", route, e)
+            log.debug("route %s: delivery left to the broker: %s", self.route.name, e)
         except Exception:
-            log.exception("route %s: a delivery could not be settled", route)
-            state.pause("internal error; see the log")
+            log.exception("route %s: a delivery could not be settled", self.route.name)
+            state.pause(BUG_REASON)
             await consumer.close()  # the broker redelivers it, after the route's backoff
         finally:
             held.release()
             state.end()
-
-    def _plan(self, delivery: Delivery) -> Plan:
-        """Plan the delivery once, counting and logging the contract's violations."""
-        try:
-            plan, verdict = plan_delivery(
-                delivery, self._target, now_ms=self._clock.now_ms(), new_id=self._new_id
-            )
-        except Exception as e:
-            log.exception("route %s: unexpected error while normalising", self.route.name)
-            return internal_error(e)
-        if verdict is not None and verdict.violations:
-            producer = producer_of(
-                delivery.headers, delivery.properties, publishers=self._target.policy.publishers
-            )
-            self._metrics.count_violations(
-                self.route.name,
-                [(str(v.kind), v.header) for v in verdict.violations],
-                producer=producer,
-            )
-            self._log.violations(verdict, delivery, now=self._clock.monotonic())
-        return plan
 
     async def _carry_out(
         self,
@@ -180,90 +151,154 @@ class Settler:
         held: HeldDelivery,
         *,
         started: float,
-    ) -> Outcome | DeadLetter | None:
-        """Publish what the plan says until the broker takes it; None when we must let go."""
-        plan = self._plan(delivery)
-        retries: _Retries | None = None  # made at the first retry: most deliveries have none
+    ) -> None:
+        """Carry out each action of the settle step, from ``begin`` to the last one."""
+        clock, route = self._clock, self.route
+        step = begin(delivery, self._target, now_ms=clock.now_ms(), new_id=self._new_id)
         while True:
-            # Stopping while blocked, or the channel it came on closing (or closed): the
-            # broker redelivers it, so a copy published now would be a certain duplicate.
-            if not consumer.is_open or not await self._unblocked(held) or not consumer.is_open:
-                return None
-            decision = await self._publisher.attempt(
-                lane, delivery, plan, held, alone=retries is not None and retries.alone
-            )
-            after: Wait | Quarantine | DeadLetter | None
-            match decision:
-                case Done(outcome=outcome):
-                    if isinstance(plan, Quarantine):
-                        self._log.quarantined(plan.reason, delivery, now=self._clock.monotonic())
-                    return outcome
-                case Alone():
-                    retries = self._retries(retries)
-                    after = self._alone(decision, retries)
-                case Hold():
-                    held.take(decision.reason)
-                    retries = self._retries(retries)
-                    after = await self._hold(consumer, decision, plan, retries, started=started)
+            if step.events:
+                self._observe(step.events, delivery, held)
+            action = step.action
+            match action:
+                case Publish():
+                    answer = await publish_answer(
+                        self._publisher,
+                        lane,
+                        delivery,
+                        action,
+                        held,
+                        consumer=consumer,
+                        stop=self._stop,
+                        connection=self._connection,
+                    )
+                    step = after(
+                        step.attempt,
+                        answer,
+                        held_s=clock.monotonic() - started,
+                        delay_s=backoff_s(step.attempt.holds, rng=self._rng),
+                        limits=self.limits,
+                        exchange=route.exchange,
+                        quarantine_exchange=self._quarantine_exchange,
+                        route=route.name,
+                    )
+                case Wait(delay_s=wait_s, then=then):
+                    await sleep_unless(self._stop, wait_s)
+                    if self._stop.is_set() or not consumer.is_open:
+                        return  # the broker redelivers it
+                    step = then
+                case WaitUnblocked(then=then):
+                    if not await self._unblocked():
+                        return  # stopping while blocked: the broker redelivers it
+                    step = then
                 case _:
-                    after = decision
-            match after:
-                case Wait():
-                    continue
-                case Quarantine():
-                    plan = after
-                    retries = self._retries(retries).restart()
-                case DeadLetter() | None:
-                    return after
-                case _:
-                    assert_never(after)
+                    await self._finish(consumer, delivery, held, action, started=started)
+                    return
 
-    def _retries(self, retries: _Retries | None) -> _Retries:
-        return retries if retries is not None else _Retries(rng=self._rng)
+    async def _finish(
+        self,
+        consumer: AckChannel,
+        delivery: Delivery,
+        held: HeldDelivery,
+        action: Ack | DeadLetter | GiveBack | LetGo,
+        *,
+        started: float,
+    ) -> None:
+        """Carry out the step's last action: ack, reject, give back or let go."""
+        match action:
+            case Ack(outcome=outcome):
+                if await consumer.ack(delivery.delivery_tag):
+                    elapsed_s = self._clock.monotonic() - started
+                    self._metrics.observe_message(self.route.name, outcome, elapsed_s)
+                    held.release()
+                    self._state.settled()
+            case DeadLetter(reason=reason):
+                await self._publisher.dead_letter(consumer, delivery, reason)
+            case GiveBack(reason=reason):
+                self._state.pause(reason)
+                await consumer.close()  # the broker redelivers it, after the route's backoff
+            case LetGo():
+                pass  # the broker redelivers it
+            case _:
+                assert_never(action)
 
-    def _alone(self, alone: Alone, retries: _Retries) -> Wait:
-        """Publish the same plan again at once, alone on a channel of its own."""
-        retries.alone = True
-        if alone.may_duplicate:
-            self._metrics.count_retried_copy(self.route.name)
-        return Wait(0.0)
-
-    async def _hold(
-        self, consumer: AckChannel, hold: Hold, plan: Plan, retries: _Retries, *, started: float
-    ) -> Wait | Quarantine | DeadLetter | None:
-        """Wait before the plan is published again, or say where the delivery goes instead.
-
-        None: let it go (a stop, or the broker took the channel it came on away).
-        """
-        retries.attempts += 1
-        after = after_hold(
-            hold,
-            plan,
-            attempts=retries.attempts,
-            held_s=self._clock.monotonic() - started,
-            delay_s=retries.backoff.next_delay(),
-            limits=self.limits,
-        )
-        if isinstance(after, Wait):
-            await sleep_unless(self._stop, after.delay_s)
-            if self._stop.is_set() or not consumer.is_open:
-                return None  # the broker redelivers it
-            if hold.may_duplicate:
-                self._metrics.count_retried_copy(self.route.name)
-        return after
-
-    async def _unblocked(self, held: HeldDelivery) -> bool:
-        """Wait while the broker blocks the connection; False when a stop comes first.
-
-        Nothing new is published while blocked: a copy written then would sit in the
-        socket and might reach the broker after a SIGTERM gave its delivery back.
-        """
+    async def _unblocked(self) -> bool:
+        """Wait until the broker unblocks the connection; False when a stop comes first."""
         connection = self._connection
-        if connection is None:
-            return True
-        reason = connection.blocked_reason
-        if reason is None:
-            return True
-        held.take(blocked(reason))
+        assert connection is not None  # noqa: S101 - only a connection says Blocked
         await first_of(connection.wait_unblocked(), self._stop.wait())
         return not self._stop.is_set()
+
+    def _observe(self, events: tuple[Event, ...], delivery: Delivery, held: HeldDelivery) -> None:
+        """Hand what the step saw to metrics, the route log and the route's state."""
+        route = self.route.name
+        for event in events:
+            match event:
+                case Held(reason=reason):
+                    held.take(reason)
+                case RetriedCopy():
+                    self._metrics.count_retried_copy(route)
+                case Violations(verdict=verdict):
+                    producer = producer_of(
+                        delivery.headers,
+                        delivery.properties,
+                        publishers=self._target.policy.publishers,
+                    )
+                    self._metrics.count_violations(
+                        route,
+                        [(str(v.kind), v.header) for v in verdict.violations],
+                        producer=producer,
+                    )
+                    self._log.violations(verdict, delivery, now=self._clock.monotonic())
+                case Quarantined(reason=reason):
+                    self._log.quarantined(reason, delivery, now=self._clock.monotonic())
+                case Bug(while_=while_, error=error):
+                    log.error("route %s: %s", route, while_, exc_info=error)
+                case Left(reason=reason):
+                    log.debug("route %s: delivery left to the broker: %s", route, reason)
+                case _:
+                    assert_never(event)
+
+
+async def publish_answer(
+    publisher: PlanPublisher,
+    lane: PublishLane,
+    delivery: Delivery,
+    publish: Publish,
+    held: HeldDelivery,
+    *,
+    consumer: AckChannel,
+    stop: asyncio.Event,
+    connection: RelayConnection | None,
+) -> Answer:
+    """Publish once; return the broker's answer. Every exception of a publish ends here.
+
+    Nothing is published for a delivery whose channel is closing (its ack would be refused
+    and the broker redelivers it: the copy would be a certain duplicate), nor while
+    ``connection`` is blocked (a copy written then would sit in the socket and might reach
+    the broker after a SIGTERM gave its delivery back). A missing entity is the route's,
+    not the delivery's: it goes up to pause the route.
+    """
+    if (not_now := _not_now(consumer, connection)) is not None:
+        return not_now
+    try:
+        published = await publisher.publish(lane, delivery, publish.plan, held, alone=publish.alone)
+    except MissingEntityError:
+        raise
+    except ChannelClosedError as e:
+        return Refused(e.code, e.text)
+    except ChannelLostError as e:
+        return Lost(gone=stop.is_set() or not lane.connection_open, error=str(e))
+    except (WireError, ValueError, TypeError) as e:
+        return Unwritable(str(e))
+    except Exception as e:  # noqa: BLE001 - a bug while publishing: the step decides, Bug logs it
+        return Failed(e)
+    return PUBLISHED[published]
+
+
+def _not_now(consumer: AckChannel, connection: RelayConnection | None) -> Answer | None:
+    """Return the answer for a publish that must not be written now; None: publish it."""
+    if not consumer.is_open:
+        return Lost(gone=True, error="the channel it came on is closing")
+    if connection is not None and (reason := connection.blocked_reason) is not None:
+        return Blocked(reason)
+    return None

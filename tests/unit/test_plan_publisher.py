@@ -1,8 +1,10 @@
 """Publishing one plan and reading the answer, without a broker: the branches a loop hides.
 
-The plan publisher is driven directly with a scripted publish channel, so the cases the
-settle loop rarely reaches (a shared channel lost under the publish, the last fallback of
-a quarantine copy, a reject on a channel already gone) each get a test of their own.
+The plan publisher and the settler's reading of its result (``publish_answer``) are driven
+directly with a scripted publish channel, so the cases the settle loop rarely reaches (a
+shared channel lost under the publish, the last fallback of a quarantine copy, a reject on
+a channel already gone) each get a test of their own; what the settle step makes of the
+answer is checked beside it.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any, cast
 import pytest
 from prometheus_client import CollectorRegistry
 
-from sidecar.amqp import ChannelLostError, Consumer, RelayConnection
+from sidecar.amqp import AckChannel, ChannelLostError, Consumer, RelayConnection
 from sidecar.clock import Clock
 from sidecar.errors import WireError
 from sidecar.metrics import Metrics
@@ -27,18 +29,29 @@ from sidecar.route_context import RouteContext
 from sidecar.route_log import RouteLog
 from sidecar.route_state import HeldDelivery, RouteState
 from sidecar.routes import Mode, Publishers, Route
-from sidecar.settlement import (
-    DeadLetter,
-    Decision,
-    Done,
-    Hold,
-    Outcome,
-    Plan,
-    Quarantine,
-    reason_only,
+from sidecar.settle_step import (
+    LOST_CHANNEL,
+    Answer,
+    Attempt,
+    Bug,
+    Failed,
+    GiveBack,
+    Held,
+    Lost,
+    Publish,
+    RetriedCopy,
+    Step,
+    Unwritable,
+    Wait,
+    after,
 )
+from sidecar.settlement import DeadLetter, Plan, Quarantine, reason_only
+from sidecar.settlement_holds import HoldLimits
+from sidecar.settler import publish_answer
 from sidecar.wire import Delivery, PublishOutcome
-from tests.unit.fake_publish import Answer, Publish, PublishRecorder
+from tests.unit.fake_publish import Answer as Scripted
+from tests.unit.fake_publish import Publish as Published
+from tests.unit.fake_publish import PublishRecorder
 
 QUARANTINE = "acemq.quarantine"
 
@@ -47,12 +60,12 @@ QUARANTINE = "acemq.quarantine"
 class ScriptedChannel(PublishRecorder):
     """A publish channel that gives the scripted answers in turn and records the headers."""
 
-    answers: list[Answer]
+    answers: list[Scripted]
     headers: list[dict[str, Any]] = field(default_factory=list)
     exchanges: list[str] = field(default_factory=list)
     is_open: bool = True
 
-    async def answer(self, publish: Publish) -> Answer:
+    async def answer(self, publish: Published) -> Scripted:
         """Record the publish and give the next answer."""
         self.exchanges.append(publish.exchange)
         self.headers.append(publish.headers)
@@ -105,12 +118,44 @@ class Rig:
     registry: CollectorRegistry
     stop: asyncio.Event
 
-    async def attempt(self, plan: Plan, *, alone: bool = False) -> Decision:
-        """Publish ``plan`` once for the delivery below."""
-        return await self.publisher.attempt(self.lane, delivery(), plan, self.held, alone=alone)
+    async def answer(self, plan: Plan, *, alone: bool = False) -> Answer:
+        """Publish ``plan`` once for the delivery below; the settler's reading of the result."""
+        return await publish_answer(
+            self.publisher,
+            self.lane,
+            delivery(),
+            Publish(plan, alone=alone),
+            self.held,
+            consumer=cast("AckChannel", OpenConsumer()),
+            stop=self.stop,
+            connection=cast("RelayConnection", self.connection),
+        )
 
 
-def make_rig(answers: list[Answer]) -> Rig:
+class OpenConsumer:
+    """The channel a delivery came on, still open."""
+
+    is_open = True
+
+
+LIMITS = HoldLimits(consumer_timeout_s=1800.0, nack_max_attempts=10, nack_max_s=300.0)
+
+
+def step_after(plan: Plan, answer: Answer) -> Step:
+    """What the settle step makes of ``answer`` to a first publish of ``plan``."""
+    return after(
+        Attempt(plan=plan),
+        answer,
+        held_s=0.0,
+        delay_s=1.0,
+        limits=LIMITS,
+        exchange="orders",
+        quarantine_exchange=QUARANTINE,
+        route="orders",
+    )
+
+
+def make_rig(answers: list[Scripted]) -> Rig:
     route = Route(
         name="orders",
         queue="staging.orders",
@@ -141,7 +186,7 @@ def make_rig(answers: list[Answer]) -> Rig:
     connection = OneChannel(channel)
     lane = PublishLane(cast("RelayConnection", connection), stop=stop)
     return Rig(
-        publisher=PlanPublisher(context, stop=stop),
+        publisher=PlanPublisher(context),
         channel=channel,
         connection=connection,
         lane=lane,
@@ -167,28 +212,35 @@ def delivery() -> Delivery:
 async def test_a_shared_channel_lost_under_the_publish_is_a_hold_that_may_duplicate() -> None:
     """Another publish's refusal closed it: this copy may have been routed, or not."""
     rig = make_rig([ChannelLostError("channel 2 closed")])
-    decision = await rig.attempt(Quarantine("a reason"))
-    assert decision == Hold("the publish channel closed; retrying on a new one", may_duplicate=True)
+    plan = Quarantine("a reason")
+    answer = await rig.answer(plan)
+    assert answer == Lost(gone=False, error="channel 2 closed")
+    step = step_after(plan, answer)
+    assert step.events == (Held(LOST_CHANNEL),)
+    assert isinstance(step.action, Wait)
+    assert step.action.then.action == Publish(plan, alone=False)
+    assert step.action.then.events == (RetriedCopy(),)
 
 
 @pytest.mark.parametrize("why", ["stopping", "connection lost"])
-async def test_a_lost_channel_is_the_settle_loops_when_stopping_or_disconnected(why: str) -> None:
+async def test_a_lost_channel_is_gone_when_stopping_or_disconnected(why: str) -> None:
     """Nothing left to publish on: the delivery is left to the broker, not held."""
     rig = make_rig([ChannelLostError("channel 2 closed")])
     if why == "stopping":
         rig.stop.set()
     else:
         rig.connection.is_open = False
-    with pytest.raises(ChannelLostError):
-        await rig.attempt(Quarantine("a reason"))
+    assert await rig.answer(Quarantine("a reason")) == Lost(gone=True, error="channel 2 closed")
 
 
 async def test_a_quarantine_copy_too_big_even_for_the_reason_goes_with_a_short_one() -> None:
     """At the broker's smallest frame size the body still goes to quarantine, not nowhere."""
     too_big = WireError("the headers outgrow the frame")
     rig = make_rig([too_big, WireError("still too big"), PublishOutcome.CONFIRMED])
-    decision = await rig.attempt(Quarantine("x" * 10_000))
-    assert decision == Done(outcome=Outcome.QUARANTINED)
+    published = await rig.publisher.publish(
+        rig.lane, delivery(), Quarantine("x" * 10_000), rig.held, alone=False
+    )
+    assert published is PublishOutcome.CONFIRMED
     assert rig.channel.exchanges == [QUARANTINE] * 3
     assert rig.channel.headers[2] == reason_only(
         "x" * 10_000, too_big, "staging.orders", short=True
@@ -199,15 +251,24 @@ async def test_a_quarantine_copy_too_big_even_for_the_reason_goes_with_a_short_o
 async def test_a_quarantine_copy_that_cannot_be_written_at_all_is_dead_lettered() -> None:
     """Nowhere left to send it, and a redelivery would meet the same copy: reject it."""
     rig = make_rig([WireError("no"), WireError("no"), WireError("no")])
-    decision = await rig.attempt(Quarantine("a reason"))
-    assert decision == DeadLetter("a reason; and the quarantine copy cannot be written: no")
+    plan = Quarantine("a reason")
+    answer = await rig.answer(plan)
+    assert answer == Unwritable("no")
+    assert step_after(plan, answer).action == DeadLetter(
+        "a reason; and the quarantine copy cannot be written: no"
+    )
 
 
-async def test_a_bug_on_the_quarantine_path_is_the_settle_loops() -> None:
-    """Not a copy that cannot be written: the error goes up, the route pauses for a redelivery."""
-    rig = make_rig([RuntimeError("boom")])
-    with pytest.raises(RuntimeError):
-        await rig.attempt(Quarantine("a reason"))
+async def test_a_bug_on_the_quarantine_path_gives_the_delivery_back() -> None:
+    """Not a copy that cannot be written: the route pauses, the broker redelivers it."""
+    boom = RuntimeError("boom")
+    rig = make_rig([boom])
+    plan = Quarantine("a reason")
+    answer = await rig.answer(plan)
+    assert answer == Failed(boom)
+    step = step_after(plan, answer)
+    assert step.action == GiveBack("internal error; see the log")
+    assert step.events == (Bug("a delivery could not be settled", boom),)
 
 
 async def test_a_dead_letter_is_counted_and_logged_with_its_reason(

@@ -485,3 +485,23 @@ async def test_a_stop_while_blocked_lets_the_delivery_go_without_publishing(
     assert connection.script.published == []
     assert consumer.acked == []
     assert rig.state.in_flight == 0
+
+
+async def test_a_stop_during_a_hold_lets_go_and_counts_no_retried_copy(
+    fake_time: list[float], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The nacked copy is not published again, so no retried copy is counted."""
+    rig = make_rig(fake_time, [PublishOutcome.NACKED, PublishOutcome.CONFIRMED])
+
+    async def stopped_meanwhile(stop: asyncio.Event, delay_s: float) -> None:
+        del delay_s
+        stop.set()
+
+    monkeypatch.setattr(settler_module, "sleep_unless", stopped_meanwhile)
+    consumer = FakeConsumer()
+    await rig.settle(consumer)
+    assert rig.connection.script.published == [(1, "orders")]
+    assert consumer.acked == []
+    assert rig.sample("acemq_sidecar_retried_copies_total") == 0
+    assert rig.state.held == 0
+    assert rig.state.in_flight == 0
