@@ -75,11 +75,6 @@ class BrokerConfig:
     heartbeat_s: int
     connect_timeout_s: float
 
-    @property
-    def uses_tls(self) -> bool:
-        """Whether any address is ``amqps://`` (the TLS files are read for those)."""
-        return any(address.tls for address in self.addresses)
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HttpConfig:

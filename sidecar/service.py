@@ -95,11 +95,6 @@ class Service:
 
     # --- probes (called from the HTTP thread: plain reads only) ---
 
-    @property
-    def http_port(self) -> int:
-        """The port /metrics, /healthz and /readyz listen on."""
-        return self._health.port
-
     def liveness(self) -> Probe:
         """Alive while the event loop keeps ticking; a loop stuck ``LIVENESS_STALE_S`` fails.
 

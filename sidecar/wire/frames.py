@@ -64,7 +64,6 @@ FRAME_END: Final = 0xCE
 
 # Method ids (class << 16 | method) the hot path reads or writes.
 BASIC_CANCEL: Final = 60 << 16 | 30
-BASIC_PUBLISH: Final = 60 << 16 | 40
 BASIC_RETURN: Final = 60 << 16 | 50
 BASIC_DELIVER: Final = 60 << 16 | 60
 BASIC_ACK: Final = 60 << 16 | 80

@@ -58,7 +58,6 @@ def test_urls_become_addresses_in_the_files_order() -> None:
         BrokerAddress.parse("amqp://relay:pw1@rabbit-0:5672/orders"),
         BrokerAddress.parse("amqps://relay:pw2@rabbit-1:5671/orders"),
     )
-    assert route_map.broker.uses_tls
 
 
 def test_check_lists_every_node_masked() -> None:

@@ -415,7 +415,7 @@ async def test_healthz_goes_503_while_the_event_loop_is_stuck(
             await asyncio.sleep(0.05)
             if service._health._port is not None:
                 break
-        port = service.http_port
+        port = service._health.port
         alive = await asyncio.to_thread(fetch, port, "/healthz")
         assert alive.status == 200, alive
 
