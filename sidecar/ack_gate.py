@@ -2,17 +2,22 @@
 
 ``sidecar.route_consumer``'s re-consume cancels a consumer only once it holds its whole
 window unsettled (the broker has nothing on its way to it then), and no ack may leave
-from then until the cancel-ok: an ack would give the broker credit to send another
-delivery, which could be on its way at the cancel. ``AckGate`` counts what the current
-consumer holds (delivery tags are the channel's, so a consumer's deliveries are those
-from its first tag on), closes the gate, and waits until the consumer is full. The
-consumer's window and when to change it are ``sidecar.window``'s, the cancel and the
-consume ``RouteConsumer``'s.
+from then until the cancel is written: an ack would give the broker credit to send
+another delivery, which could be on its way at the cancel (one written after it reaches
+the broker after it). ``AckGate`` counts what the current consumer holds (delivery tags
+are the channel's, so a consumer's deliveries are those from its first tag on), closes
+the gate, and waits until the consumer is full, or holds what its byte budget lets the
+connection read (docs/decisions/0041). The consumer's window and when to change it are
+``sidecar.window``'s, the cancel and the consume ``RouteConsumer``'s.
 """
 
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = ["AckGate"]
 
@@ -22,11 +27,13 @@ class AckGate:
 
     ``opened`` is set while acks may go: ``RouteConsumer.ack`` waits on it when cleared,
     then calls ``settled``. Every delivery is counted by ``delivered`` before its settle
-    starts.
+    starts. ``has_room``: whether the connection reads the consumer's next delivery now
+    (while acks wait, it reads none once its channel holds its byte budget).
     """
 
-    def __init__(self) -> None:
-        self.opened = asyncio.Event()  # cleared while a cancel waits for its cancel-ok
+    def __init__(self, has_room: Callable[[], bool] = lambda: True) -> None:
+        self._has_room = has_room
+        self.opened = asyncio.Event()  # cleared until a cancel is written
         self.opened.set()
         self.holding = 0  # the current consumer's deliveries not acked or rejected yet
         self._since = 0  # the current consumer's first delivery tag (tags are per channel)
@@ -39,7 +46,9 @@ class AckGate:
         self._last_tag = max(self._last_tag, delivery_tag)
         if delivery_tag >= self._since:
             self.holding += 1
-            if self._close_at is not None and self.holding >= self._close_at:
+            if self._close_at is not None and (
+                self.holding >= self._close_at or not self._has_room()
+            ):
                 self.opened.clear()
                 self._close_at = None
             arrival, self._arrival = self._arrival, None
@@ -68,13 +77,16 @@ class AckGate:
 
         Acks (and rejects) wait from then until ``release``. The consumer need not fill by
         itself (a quorum queue applies acks a little later than they are made), so acks
-        wait while it fills, once it is half full (the sign of a backlog), for as long as
-        deliveries keep coming. False, acks let go, when none came for ``idle_s``: no
-        backlog, and nothing needs a new window yet.
+        wait while it fills, once it is half full or holds its byte budget (the signs of a
+        backlog), for as long as deliveries keep coming. False, acks let go, when none came
+        for ``idle_s``: no backlog, and nothing needs a new window yet. True then too if the
+        consumer holds its byte budget: the connection reads none of its deliveries until
+        an ack, and the broker has had ``idle_s`` to send what its credit allowed, which
+        waits unread (on the channel, not on its way).
         """
         half = max(1, window // 2)
         try:
-            if self.holding >= half:
+            if self.holding >= half or not self._has_room():
                 self.opened.clear()
             else:
                 # delivered() closes the gate as the delivery that makes it half full comes:
@@ -86,6 +98,8 @@ class AckGate:
                 async with asyncio.timeout(idle_s):
                     await self._next_delivery()
         except TimeoutError:
+            if not self._has_room():
+                return True
             self.opened.set()
             return False
         except BaseException:

@@ -5,9 +5,10 @@ the consumer is now (its tag, its window, the deliveries it holds) and carries o
 ``sidecar.window`` decides. A running consumer's prefetch cannot change on every queue
 type, so a new window is a new consumer on the same channel, in this order:
 
-1. Hold acks until the consumer holds its whole window, unsettled (``sidecar.ack_gate``):
-   then the broker has nothing on its way to it (no credit left); acks wait until step 2
-   ends (a round trip or two; longer while a window of large bodies is still on its way).
+1. Hold acks until the consumer holds its whole window, unsettled (``sidecar.ack_gate``),
+   or what its byte budget lets the connection read, with no delivery for ``FILL_IDLE_S``:
+   then the broker has nothing on its way to it (no credit left); acks wait until the
+   cancel of step 2 is written (docs/decisions/0041).
    This matters on a quorum queue: its channel returns to the queue, spending a delivery
    attempt of ``x-delivery-limit``, every delivery that reaches it for a consumer tag
    already cancelled (seen on RabbitMQ 3.10 with deliveries in transit at the cancel: 4
@@ -165,7 +166,7 @@ class RouteConsumer:
         self._tag_base = f"acemq-sidecar.{route}"
         self.consumer_tag = self._tag_base  # the consumer the broker has now
         self._consumers = 1
-        self._gate = AckGate()
+        self._gate = AckGate(channel.has_room)
         self._monotonic = clock.monotonic
         # Delivery tag -> when it came, until acked or rejected: the oldest is the one the
         # broker's consumer_timeout would take back (it checks the channel's oldest unacked).
@@ -236,14 +237,14 @@ class RouteConsumer:
         As a re-consume does, it first holds acks and waits, up to ``fill_s``, until the
         consumer holds its whole window or has had no delivery (nor ack) for
         ``FILL_IDLE_S``: then nothing is on its way to it (on a quorum queue such a
-        delivery would spend a delivery attempt). The acks go once the cancel returns.
+        delivery would spend a delivery attempt). The acks go once the cancel is written.
         """
         gate, quiet_s = self._gate, self._monotonic() - self._active_at
         try:
             await gate.hold_until_full(
                 self._window.current, idle_s=FILL_IDLE_S, quiet_s=quiet_s, bound_s=fill_s
             )
-            await self._channel.cancel(self.consumer_tag)
+            await self._channel.cancel(self.consumer_tag, on_sent=gate.release)
         finally:
             gate.release()
 
@@ -304,7 +305,9 @@ class RouteConsumer:
             return None
         try:
             async with asyncio.timeout(RECONSUME_TIMEOUT_S):
-                confirmed = await channel.cancel(old_tag)
+                # Acks go once the cancel is written: the broker reads them after it, and
+                # the cancel-ok may wait behind deliveries that only an ack lets be read.
+                confirmed = await channel.cancel(old_tag, on_sent=gate.release)
         finally:
             gate.release()
         if not confirmed:

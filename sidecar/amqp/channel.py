@@ -107,7 +107,7 @@ class Channel(ChannelLife):
                 raise MissingEntityError(kind="queue", name=queue) from e
             raise
 
-    async def cancel(self, consumer_tag: str) -> bool:
+    async def cancel(self, consumer_tag: str, *, on_sent: Callable[[], None] | None = None) -> bool:
         """Stop deliveries to a consumer; True once none can arrive, False after a bound.
 
         The broker's cancel-ok comes after the consumer's last delivery, and every delivery
@@ -117,11 +117,16 @@ class Channel(ChannelLife):
         is nothing to cancel, and nothing is sent (True). False when the broker did not
         answer within the bound or the channel ended first: whether the consumer is gone
         is then unknown (a closed channel has none).
+
+        ``on_sent`` is called once the cancel is written: the broker handles a channel's
+        frames in order, so an ack written from then on reaches it after the cancel.
         """
         if self._cancelled_by_broker:
             return True
         with contextlib.suppress(TimeoutError, ChannelLostError):
-            await self.rpc(codec.basic_cancel(consumer_tag), timeout_s=CLOSE_TIMEOUT_S)
+            await self.rpc(
+                codec.basic_cancel(consumer_tag), timeout_s=CLOSE_TIMEOUT_S, sent=on_sent
+            )
             return True
         return False
 

@@ -16,10 +16,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from enum import StrEnum
-from typing import Final, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
 from sidecar.amqp import codec
 from sidecar.errors import ChannelClosedError, ChannelLostError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = ["CLOSE_TIMEOUT_S", "ChannelLife", "ChannelLink", "ChannelState"]
 
@@ -123,21 +126,34 @@ class ChannelLife:
         await self._request(codec.channel_open(), timeout_s=None)
         self._move(ChannelState.OPEN)
 
-    async def rpc(self, request: codec.Request, *, timeout_s: float | None = None) -> codec.Reply:
+    async def rpc(
+        self,
+        request: codec.Request,
+        *,
+        timeout_s: float | None = None,
+        sent: Callable[[], None] | None = None,
+    ) -> codec.Reply:
         """Send a synchronous method and return the broker's reply.
 
         Only an open channel sends: once the broker has answered a close, a frame on its
-        number would be a connection error.
+        number would be a connection error. ``sent`` is called once the method is written
+        (what is written after it reaches the broker after it).
         """
         if not self.is_open:
             raise self._refusal()
-        return await self._request(request, timeout_s=timeout_s)
+        return await self._request(request, timeout_s=timeout_s, sent=sent)
 
-    async def _request(self, request: codec.Request, *, timeout_s: float | None) -> codec.Reply:
+    async def _request(
+        self,
+        request: codec.Request,
+        *,
+        timeout_s: float | None,
+        sent: Callable[[], None] | None = None,
+    ) -> codec.Reply:
         await self._requests.wait_turn()
         if self._state not in (ChannelState.OPENING, ChannelState.OPEN):
             raise self._refusal()
-        return await self._requests.send(request, self.number, timeout_s=timeout_s)
+        return await self._requests.send(request, self.number, timeout_s=timeout_s, sent=sent)
 
     async def close(self) -> None:
         """Close the channel; unacked deliveries go back to their queues.
@@ -220,13 +236,20 @@ class _Requests:
             await asyncio.wait([self._pending])
 
     async def send(
-        self, request: codec.Request, number: int, *, timeout_s: float | None
+        self,
+        request: codec.Request,
+        number: int,
+        *,
+        timeout_s: float | None,
+        sent: Callable[[], None] | None = None,
     ) -> codec.Reply:
-        """Send the request (it must be our turn) and return its reply."""
+        """Send the request (it must be our turn) and return its reply; ``sent`` once written."""
         self._pending = pending = self._link.loop.create_future()
         self._replies = request.replies
         try:
             self._link.write(request.frame(number))
+            if sent is not None:
+                sent()
             async with asyncio.timeout(timeout_s):
                 reply: codec.Reply = await pending
                 return reply

@@ -96,11 +96,17 @@ class Consumer(Protocol):
         """
         ...
 
-    async def cancel(self, consumer_tag: str) -> bool:
+    async def cancel(self, consumer_tag: str, *, on_sent: Callable[[], None] | None = None) -> bool:
         """Stop deliveries; True once no more can arrive, False if unconfirmed after a bound.
 
         What was delivered before stays on the channel to be acked or rejected.
+        ``on_sent`` is called once the cancel is written (what follows reaches the broker
+        after it).
         """
+        ...
+
+    def has_room(self) -> bool:
+        """Whether the connection reads the channel's next delivery now (under its budget)."""
         ...
 
     async def qos(self, prefetch_count: int) -> None:

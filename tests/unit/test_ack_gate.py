@@ -141,3 +141,34 @@ async def test_a_drains_hold_does_not_wait_for_a_quiet_consumer(
     async with asyncio.timeout(BOUND_S):
         await gate.hold_until_full(8, idle_s=60, quiet_s=quiet_s, bound_s=bound_s)
     assert not gate.opened.is_set()
+
+
+async def test_a_consumer_whose_budget_stops_the_reading_closes_the_gate_before_half() -> None:
+    """Three of eight and the channel holds its bytes: closed, and full once nothing comes.
+
+    The connection reads none of its deliveries until an ack, so it can never hold half
+    of its window; what the broker sent meanwhile waits unread, on the channel.
+    """
+    room = [True]
+    gate = AckGate(lambda: room[0])
+    filling = asyncio.create_task(gate.until_full(8, idle_s=0.01))
+    await _turns()
+    gate.delivered(1)
+    gate.delivered(2)
+    assert gate.opened.is_set()
+    room[0] = False  # the third one's header took the channel over its budget
+    gate.delivered(3)
+    assert not gate.opened.is_set()  # closed by that delivery, before the waiter resumes
+    assert await asyncio.wait_for(filling, BOUND_S) is True
+    assert not gate.opened.is_set()  # held until the cancel is written: release
+    gate.release()
+    assert gate.opened.is_set()
+
+
+async def test_until_full_closes_at_once_when_the_budget_already_stops_the_reading() -> None:
+    gate = AckGate(lambda: False)
+    gate.delivered(1)
+    filling = asyncio.create_task(gate.until_full(16, idle_s=0.01))
+    await _turns()
+    assert not gate.opened.is_set()
+    assert await asyncio.wait_for(filling, BOUND_S) is True

@@ -162,6 +162,35 @@ async def test_a_channel_that_closes_gives_its_budget_back() -> None:
     await closing
 
 
+async def test_a_cancel_behind_unread_deliveries_lets_acks_go_once_it_is_written() -> None:
+    """The cancel-ok waits unread behind a delivery only an ack lets be read.
+
+    ``on_sent`` comes once the cancel is written; an ack from then on is written after it
+    (the broker reads it after the cancel) and makes room: the rest is read, the cancel-ok
+    too.
+    """
+    rig = await consuming(budget=100)
+    rig.link.data_received(
+        deliveries([60, 60, 60]) + pamqp_frame.marshal(spec.Basic.CancelOk("c"), 1)
+    )
+    await turns()
+    assert [d.delivery_tag for d in rig.delivered] == [1, 2]
+    assert not rig.transport.reading
+    rig.transport.written.clear()
+    sent: list[int] = []
+    cancelling = asyncio.create_task(rig.channel.cancel("c", on_sent=lambda: sent.append(1)))
+    await turns()
+    assert sent, "on_sent was not called"
+    assert not cancelling.done()  # its cancel-ok is not read yet
+    cancel_frame = pamqp_frame.marshal(spec.Basic.Cancel("c"), 1)
+    assert bytes(rig.transport.written) == cancel_frame
+    assert await rig.channel.ack(1)
+    await turns()
+    assert [d.delivery_tag for d in rig.delivered] == [1, 2, 3]
+    assert await asyncio.wait_for(cancelling, 5) is True
+    assert bytes(rig.transport.written) == cancel_frame + pamqp_frame.marshal(spec.Basic.Ack(1), 1)
+
+
 async def test_a_channel_without_a_budget_is_never_held() -> None:
     rig = await consuming(budget=None)
     rig.link.data_received(deliveries([5000] * 20))

@@ -134,11 +134,17 @@ class QuietChannel:
         """Take any window."""
         del prefetch_count
 
-    async def cancel(self, consumer_tag: str) -> bool:
+    async def cancel(self, consumer_tag: str, *, on_sent: Any = None) -> bool:
         """Return at once, or never: a broker that stopped answering."""
         del consumer_tag
+        if on_sent is not None:
+            on_sent()
         if self.connection.hang_on_cancel:
             await asyncio.Event().wait()
+        return True
+
+    def has_room(self) -> bool:
+        """Always: no byte budget here."""
         return True
 
     async def wait_closed(self) -> str:

@@ -109,9 +109,13 @@ class FakeConsumer:
         """Unused here."""
         raise NotImplementedError
 
-    async def cancel(self, consumer_tag: str) -> bool:
+    async def cancel(self, consumer_tag: str, *, on_sent: Callable[[], None] | None = None) -> bool:
         """Unused here."""
         raise NotImplementedError
+
+    def has_room(self) -> bool:
+        """Always: no byte budget here."""
+        return True
 
     async def qos(self, prefetch_count: int) -> None:
         """Unused here."""

@@ -5,6 +5,8 @@ taken at ``basic.consume`` from the channel's last ``basic.qos``, delivery tags 
 the deliveries of a cancelled consumer unacked on the channel until acked (a close
 requeues them), and, as a quorum queue does, a delivery that was on its way when its
 consumer was cancelled goes back to the queue (``returned``: a delivery attempt spent).
+As the client does, a channel reads no delivery while those read and unsettled hold its
+byte budget: the broker's later ones wait unread, in order, the cancel-ok behind them.
 Its operations can be held half-way (``gates``), so a stop can land at every point of a
 re-consume. The real broker's side of it is in tests/integration.
 """
@@ -70,6 +72,7 @@ class FakeBroker:
     rng: random.Random = field(default_factory=lambda: random.Random(5))
     peak_in_flight: int = 0
     peak_bytes: int = 0
+    peak_read_bytes: int = 0  # what the client held, read and unsettled
     peak_consumers: int = 0
     ids: itertools.count[int] = field(default_factory=itertools.count)
     all_acked: asyncio.Event = field(default_factory=asyncio.Event)
@@ -130,6 +133,29 @@ class FakeChannel:
     live_at_close: int | None = None
     budgets: list[int | None] = field(default_factory=list)  # each consume's byte budget
     consuming: bool = False
+    # Sent by the broker, in order, not read by the client (its budget is full).
+    unread: deque[tuple[int, int, FakeConsumer]] = field(default_factory=deque)
+    read_bytes: int = 0  # the bodies read and not yet settled
+
+    def has_room(self) -> bool:
+        """Whether the client reads the next delivery: what it read and holds is in budget."""
+        budget = self.budgets[-1] if self.budgets else None
+        return budget is None or self.read_bytes < budget
+
+    def read(self) -> None:
+        """The client reads what waits, in order, while it has room."""
+        while self.unread and self.is_open and self.has_room():
+            delivery_tag, size, consumer = self.unread.popleft()
+            self.read_bytes += size
+            self.broker.peak_read_bytes = max(self.broker.peak_read_bytes, self.read_bytes)
+            if consumer.on_body_size is not None:
+                consumer.on_body_size(size)
+            message = next(self.broker.ids)
+            task = asyncio.get_running_loop().create_task(
+                consumer.callback(delivery(delivery_tag, message, size))
+            )
+            TASKS.add(task)
+            task.add_done_callback(TASKS.discard)
 
     def record(self, op: str, arg: object) -> None:
         """Keep what the route asked of this channel, and of all the consumer channels."""
@@ -165,15 +191,26 @@ class FakeChannel:
         asyncio.get_running_loop().call_soon(self.broker.dispatch)
         await self.broker.gate("consume")
 
-    async def cancel(self, consumer_tag: str) -> bool:
-        """Cancel as the frame is sent; the test may hold back the cancel-ok."""
+    async def cancel(self, consumer_tag: str, *, on_sent: Callable[[], None] | None = None) -> bool:
+        """Cancel as the frame is sent; the cancel-ok comes after what waits unread.
+
+        The test may hold back the cancel-ok.
+        """
         if self.consumer_cancelled:
             return True
         self.record("cancel", consumer_tag)
+        if on_sent is not None:
+            on_sent()
         if not self.broker.confirm_cancel:
             await asyncio.sleep(0)
             return False
         self.consumers.pop(consumer_tag, None)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 5.0  # the client's CLOSE_TIMEOUT_S
+        while self.unread:
+            if loop.time() > deadline or not self.is_open:
+                return False
+            await asyncio.sleep(0.001)
         await self.broker.gate("cancel")
         return True
 
@@ -211,14 +248,8 @@ class FakeChannel:
         self.unacked[delivery_tag] = (tag, size)
         self.broker.delivered += 1
         self.broker.note_peaks()
-        if consumer.on_body_size is not None:
-            consumer.on_body_size(size)
-        message = next(self.broker.ids)
-        task = asyncio.get_running_loop().create_task(
-            consumer.callback(delivery(delivery_tag, message, size))
-        )
-        TASKS.add(task)
-        task.add_done_callback(TASKS.discard)
+        self.unread.append((delivery_tag, size, consumer))
+        self.read()
 
     async def publish(
         self,
@@ -245,7 +276,9 @@ class FakeChannel:
         """Ack a delivery of any consumer of the channel, cancelled or not."""
         if not self.is_open:
             return False
-        del self.unacked[delivery_tag]
+        _, size = self.unacked.pop(delivery_tag)
+        self.read_bytes -= size
+        asyncio.get_running_loop().call_soon(self.read)
         self.broker.acked += 1
         if self.broker.acked == self.broker.total:
             self.broker.all_acked.set()
@@ -286,6 +319,8 @@ class FakeChannel:
         self.broker.requeued += len(self.unacked)
         self.broker.ready.extendleft(size for _, size in reversed(self.unacked.values()))
         self.unacked.clear()
+        self.unread.clear()
+        self.read_bytes = 0
         self.consumers.clear()
         self.ended.set()
         asyncio.get_running_loop().call_soon(self.broker.dispatch)
@@ -477,6 +512,25 @@ async def test_a_consumer_is_cancelled_only_with_nothing_on_its_way() -> None:
     assert broker.peak_in_flight <= 16
 
 
+async def test_a_shrink_re_consumes_when_the_budget_stops_reading_before_the_window_fills() -> None:
+    """A fast route: 64 KiB bodies fill the old window of 16 past what the budget lets be read.
+
+    The client reads no delivery past 256 KiB, so the old consumer never holds its window
+    while acks wait; it is cancelled all the same once nothing more comes, and the
+    cancel-ok, behind deliveries that wait unread, is read as acks make room.
+    """
+    budget = 256 * KIB
+    broker = FakeBroker(deque([KIB] * 300 + [64 * KIB] * 200), transit_s=0.002)
+    connection = FakeConnection(broker)
+    await drain(worker(prefetch=16, budget_bytes=budget), broker, connection)
+    assert [n for op, n in broker.calls if op in ("open", "qos")] == [1, 8, 16, 4]
+    assert broker.peak_read_bytes <= budget + 64 * KIB  # the budget and one message
+    assert broker.peak_in_flight <= 16
+    assert broker.peak_consumers == 1
+    assert broker.returned == 0
+    assert broker.requeued == 0
+
+
 async def test_in_flight_never_exceeds_the_larger_window_during_a_change() -> None:
     """The last growth step waits for the old deliveries: never prefetch + half of it."""
     broker = FakeBroker(deque([KIB] * 600), confirm_after_s=0.002)
@@ -632,6 +686,28 @@ async def test_a_drain_cancels_the_consumer_only_with_nothing_on_its_way(stop: s
     assert broker.returned == 0
     assert broker.requeued == 0
     assert broker.live_consumers() == 0
+
+
+async def test_a_drain_while_the_budget_stops_the_reading_settles_what_waits_unread() -> None:
+    """A fixed window of 16 and 64 KiB bodies: the client reads four at a time, the rest wait.
+
+    The drain's cancel-ok is behind what waits unread: its acks go once the cancel is
+    written, so all of it is read and settled within the grace period, none requeued.
+    """
+    broker = FakeBroker(deque([KIB] * 100 + [64 * KIB] * 200), confirm_after_s=0.002)
+    connection = FakeConnection(broker)
+    route = worker(prefetch=16, budget_bytes=256 * KIB, single_active_consumer=True)
+    running = asyncio.create_task(route.run(connection, grace_s=5), name="worker")
+    await until(lambda: broker.acked >= 150 and bool(broker.consuming[0].unread))
+    route.request_stop()
+    async with asyncio.timeout(BOUND_S):
+        await running
+    (channel,) = broker.consuming
+    assert channel.calls[-1] == ("cancel", "acemq-sidecar.orders")
+    assert broker.acked == broker.delivered
+    assert broker.requeued == 0
+    assert broker.returned == 0
+    assert broker.peak_read_bytes <= 256 * KIB + 64 * KIB
 
 
 async def test_a_route_replaced_while_the_broker_blocks_cancels_and_closes_its_channel() -> None:
