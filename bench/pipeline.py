@@ -46,9 +46,9 @@ from sidecar.amqp.connection import Connection
 from sidecar.amqp.handshake import Control
 from sidecar.amqp.link import Link
 from sidecar.clock import Clock
-from sidecar.metrics import Metrics
-from sidecar.relay import RouteWorker
-from sidecar.routes import Mode, Publishers, Route
+from sidecar.observe.metrics import Metrics
+from sidecar.relay.worker import RouteWorker
+from sidecar.routemap import Mode, Publishers, Route
 
 _T = TypeVar("_T")
 READ_BYTES = 65_536  # what one read from the socket hands the link at most
@@ -234,7 +234,7 @@ class FakeBroker:
 def route_worker(route: Route, **context: object) -> RouteWorker:
     """Make a RouteWorker as this build does: from a RouteContext, or (older builds) keywords."""
     try:
-        from sidecar.route_context import RouteContext  # noqa: PLC0415 - not in older builds
+        from sidecar.relay.context import RouteContext  # noqa: PLC0415 - not in older builds
     except ImportError:
         return RouteWorker(route, **context)  # type: ignore[arg-type]
     return RouteWorker(RouteContext(route=route, **context))  # type: ignore[call-arg]

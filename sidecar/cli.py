@@ -20,16 +20,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sidecar import startup_signals
-from sidecar.contract import normalise
-from sidecar.contract.vectors import VectorError, message_from_json, run_vector, verdict_to_json
+from sidecar.contract import VectorError, message_from_json, normalise, run_vector, verdict_to_json
 from sidecar.errors import ConfigError, TlsFileError
-from sidecar.logs import LEVELS, parse_level
+from sidecar.observe import LEVELS, parse_level
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine, Sequence
 
-    from sidecar.quarantine import QuarantinedMessage, Selection
-    from sidecar.quarantine_tool import BrokerTarget
+    from sidecar.quarantine import BrokerTarget, QuarantinedMessage, Selection
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -93,7 +91,7 @@ def _normalise_stdin() -> int:
 
 def _check(file: str) -> int:
     from sidecar.route_files import load_config  # noqa: PLC0415 - pydantic is slow to import
-    from sidecar.route_text import describe  # noqa: PLC0415
+    from sidecar.routemap import describe  # noqa: PLC0415
 
     try:
         route_map = load_config(file, env=os.environ)
@@ -112,7 +110,7 @@ def _run(file: str, *, log_level: str | None) -> int:
     from prometheus_client import CollectorRegistry  # noqa: PLC0415
 
     from sidecar.clock import Clock  # noqa: PLC0415
-    from sidecar.logs import configure  # noqa: PLC0415
+    from sidecar.observe import configure  # noqa: PLC0415
     from sidecar.route_files import load_config  # noqa: PLC0415
     from sidecar.service import Service  # noqa: PLC0415
 
@@ -177,8 +175,10 @@ def _quarantine_arguments(command: argparse.ArgumentParser) -> None:
 
 
 def _quarantine(args: argparse.Namespace) -> int:
-    from sidecar.quarantine import Selection  # noqa: PLC0415
-    from sidecar.quarantine_reader import QuarantineInputError  # noqa: PLC0415 - the I/O stack
+    from sidecar.quarantine import (  # noqa: PLC0415 - the I/O stack
+        QuarantineInputError,
+        Selection,
+    )
 
     try:
         target = _broker_target(args.config, args.url)
@@ -199,7 +199,7 @@ def _quarantine(args: argparse.Namespace) -> int:
 
 
 def _broker_target(config: str | None, url: str | None) -> BrokerTarget:
-    from sidecar.quarantine_tool import BrokerTarget  # noqa: PLC0415
+    from sidecar.quarantine import BrokerTarget  # noqa: PLC0415
     from sidecar.wire import BrokerAddress  # noqa: PLC0415
 
     if config is not None:
@@ -224,8 +224,8 @@ async def _quarantine_command(
     args: argparse.Namespace, target: BrokerTarget, selection: Selection
 ) -> int:
     from sidecar.clock import Clock  # noqa: PLC0415
-    from sidecar.quarantine import format_rows  # noqa: PLC0415
-    from sidecar.quarantine_tool import (  # noqa: PLC0415 - the I/O stack, only for this command
+    from sidecar.quarantine import (  # noqa: PLC0415 - the I/O stack, only for this command
+        format_rows,
         list_messages,
         open_connection,
         replay_messages,

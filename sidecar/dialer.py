@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sidecar.amqp import connect
-from sidecar.backoff import Backoff
 from sidecar.errors import TlsFileError
+from sidecar.relay import first_of, sleep_unless
+from sidecar.settle import Backoff
 from sidecar.tls import client_context
-from sidecar.waits import first_of, sleep_unless
 from sidecar.wire import Failover
 
 if TYPE_CHECKING:
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     import ssl
 
     from sidecar.amqp import Connection
-    from sidecar.route_map import BrokerConfig
+    from sidecar.routemap import BrokerConfig
     from sidecar.wire import BrokerAddress
 
 __all__ = ["HEALTHY_SESSION_S", "Connections", "Dialer"]

@@ -13,16 +13,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sidecar.errors import ConfigError
-from sidecar.route_parse import parse_route_map
+from sidecar.relay import sleep_unless
+from sidecar.routemap import parse_route_map
 from sidecar.tls import client_context
-from sidecar.waits import sleep_unless
 
 if TYPE_CHECKING:
     import asyncio
     import os
     from collections.abc import Callable, Mapping
 
-    from sidecar.route_map import RouteMap, TlsConfig
+    from sidecar.routemap import RouteMap, TlsConfig
 
 __all__ = ["RouteMapFile", "load_config", "load_route_map"]
 

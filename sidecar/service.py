@@ -2,9 +2,10 @@
 
 This module owns the lifecycle: connect (``sidecar.dialer`` picks the address, backs off,
 and opens a consuming and a publishing connection to it), run the route workers on them
-(``sidecar.fleet``), reconnect when the broker goes away, reload the route map on SIGHUP
+(``sidecar.relay.fleet``), reconnect when the broker goes away, reload the route map on SIGHUP
 or a changed file, and shut down in the reverse order of start-up on SIGTERM. It keeps
-what the probes read (``sidecar.probes`` decides what they answer). It settles no message itself.
+what the probes read (``observe.probes`` decides what they
+answer). It settles no message itself.
 """
 
 from __future__ import annotations
@@ -18,13 +19,10 @@ from sidecar import __version__, startup_signals
 from sidecar.contract import CONTRACT_VERSION
 from sidecar.dialer import Dialer
 from sidecar.errors import ConfigError
-from sidecar.fleet import RouteFleet
-from sidecar.health import HealthServer
-from sidecar.metrics import Metrics, ReloadResult
-from sidecar.probes import liveness, readiness
-from sidecar.reload_plan import plan_reload
+from sidecar.observe import HealthServer, Metrics, ReloadResult, liveness, readiness
+from sidecar.relay import RouteFleet, first_of, sleep_unless
 from sidecar.route_files import RouteMapFile
-from sidecar.waits import first_of, sleep_unless
+from sidecar.routemap import plan_reload
 
 if TYPE_CHECKING:
     import random
@@ -36,8 +34,8 @@ if TYPE_CHECKING:
     from sidecar.amqp import Connection
     from sidecar.clock import Clock
     from sidecar.dialer import Connections
-    from sidecar.health import Probe
-    from sidecar.route_map import RouteMap
+    from sidecar.observe import Probe
+    from sidecar.routemap import RouteMap
     from sidecar.wire import BrokerAddress
 
 __all__ = ["Service"]

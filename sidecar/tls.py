@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from sidecar.errors import TlsFileError
 
 if TYPE_CHECKING:
-    from sidecar.route_map import TlsConfig
+    from sidecar.routemap import TlsConfig
 
 __all__ = ["client_context"]
 

@@ -1,6 +1,6 @@
 """What the relay needs of the client, as Protocols: so a fake can stand in for the broker.
 
-Exactly what :mod:`sidecar.relay` uses of a channel and a connection, nothing more. The
+Exactly what :mod:`sidecar.relay.worker` uses of a channel and a connection, nothing more. The
 client's :class:`~sidecar.amqp.channel.Channel` and
 :class:`~sidecar.amqp.connection.Connection` satisfy them (checked by mypy in
 :mod:`sidecar.amqp` and at run time by the unit tests).

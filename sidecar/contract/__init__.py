@@ -39,22 +39,37 @@ from sidecar.contract.names import TYPE as TYPE
 from sidecar.contract.names import UNKNOWN_RESERVED_LABEL as UNKNOWN_RESERVED_LABEL
 from sidecar.contract.names import VERSION as VERSION
 from sidecar.contract.normaliser import normalise
+from sidecar.contract.producers import (
+    DEFAULT_PRODUCERS_PER_ROUTE,
+    UNKNOWN,
+    ProducerLabels,
+    producer_of,
+)
 from sidecar.contract.properties import move_user_id
 from sidecar.contract.replay import stamp_replay
+from sidecar.contract.vectors import VectorError, message_from_json, run_vector, verdict_to_json
 from sidecar.contract.verdict import Kind, Policy, Publishers, Reject, Relay, Verdict, Violation
 from sidecar.wire import PropertyValue
 
 __all__ = [
     "CONTRACT_VERSION",
+    "DEFAULT_PRODUCERS_PER_ROUTE",
+    "UNKNOWN",
     "Kind",
     "Policy",
+    "ProducerLabels",
     "PropertyValue",
     "Publishers",
     "Reject",
     "Relay",
+    "VectorError",
     "Verdict",
     "Violation",
+    "message_from_json",
     "move_user_id",
     "normalise",
+    "producer_of",
+    "run_vector",
     "stamp_replay",
+    "verdict_to_json",
 ]

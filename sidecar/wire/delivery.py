@@ -1,6 +1,6 @@
 """The values the transport hands the relay: a consumed message and a publish's outcome.
 
-Pure data in the project's own types, so the pure decisions (``sidecar.settlement``) and
+Pure data in the project's own types, so the pure decisions (``sidecar.settle.settlement``) and
 tests can use them without the AMQP client; ``sidecar.amqp`` makes and re-exports them.
 """
 

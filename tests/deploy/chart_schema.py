@@ -1,4 +1,4 @@
-"""The route map's part of the chart's values.schema.json, derived from sidecar.routes.
+"""The route map's part of the chart's values.schema.json, derived from sidecar.routemap.
 
 ``route_map_json_schema()`` is the one schema of the route map (docs/architecture.md); the
 chart embeds a copy under ``properties.routeMap`` so that ``helm install`` refuses a bad route map.
@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from sidecar.routes import route_map_json_schema
+from sidecar.routemap import route_map_json_schema
 
 CHART = Path(__file__).resolve().parents[2] / "helm" / "acemq-sidecar"
 VALUES_SCHEMA = CHART / "values.schema.json"
@@ -136,7 +136,7 @@ def embedded_route_map_schema() -> dict[str, Any]:
 
 
 def main() -> None:
-    """Rewrite the routeMap part of values.schema.json from sidecar.routes."""
+    """Rewrite the routeMap part of values.schema.json from sidecar.routemap."""
     values_schema = json.loads(VALUES_SCHEMA.read_text(encoding="utf-8"))
     values_schema["properties"]["routeMap"] = chart_route_map_schema(route_map_json_schema())
     VALUES_SCHEMA.write_text(json.dumps(values_schema, indent=2) + "\n", encoding="utf-8")

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from sidecar.cli import build_parser
-from sidecar.route_map import DEFAULT_MAX_IN_FLIGHT_BYTES
+from sidecar.routemap.model import DEFAULT_MAX_IN_FLIGHT_BYTES
 from sidecar.service import SHUTDOWN_SLACK_S
 from tests.deploy.conftest import (
     CHART,

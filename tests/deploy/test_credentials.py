@@ -13,7 +13,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from sidecar.routes import parse_route_map
+from sidecar.routemap import parse_route_map
 from tests.deploy.conftest import (
     KUBE_VERSIONS,
     MINIMAL_VALUES,

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from sidecar.metrics import DRIFT_VIOLATIONS, Metrics
+from sidecar.observe.metrics import DRIFT_VIOLATIONS, Metrics
 from tests.deploy.conftest import (
     FULL_VALUES,
     NAMESPACE,
@@ -41,7 +41,7 @@ ALERTS = {
 JOBS = f"acemq-relay-metrics|{NAMESPACE}/acemq-relay"
 MATCHERS = f'namespace="{NAMESPACE}", job=~"{JOBS}"'
 # The kinds that mean a publisher drifts from docs/contract.md. `unportable` (section 7: an
-# unsigned integer tag some client cannot decode) is drift too; sidecar.metrics creates its
+# unsigned integer tag some client cannot decode) is drift too; sidecar.observe.metrics creates its
 # series at zero once the sidecar counts it.
 DRIFT_KINDS = {str(kind) for kind, _ in DRIFT_VIOLATIONS} | {"unportable"}
 
@@ -68,7 +68,7 @@ def _check_metric_references(text: str) -> None:
     found = METRIC.findall(text)
     assert found, text
     for name, matchers in found:
-        assert name in names, f"{name} is not a metric of sidecar/metrics.py"
+        assert name in names, f"{name} is not a metric of sidecar/observe/metrics.py"
         for label in re.findall(r"([a-z_]+)\s*=~?", matchers):
             if label not in SCRAPE_LABELS:
                 assert label in names[name] | {"le"}, f"{name} has no label {label}"
@@ -153,7 +153,7 @@ def _expr(full: list[Manifest], alert: str) -> str:
 
 
 def test_drift_alert_watches_the_drift_kinds(full: list[Manifest]) -> None:
-    """The drift kinds: the ones sidecar.metrics pre-creates for the alert, and unportable."""
+    """The drift kinds: the ones observe.metrics pre-creates for the alert, and unportable."""
     expr = _expr(full, "AcemqSidecarContractDrift")
     match = re.search(r'acemq_sidecar_violations_total\{kind=~"([^"]+)"', expr)
     assert match, expr

@@ -8,7 +8,7 @@ from typing import Any
 import helm_python
 import pytest
 
-from sidecar.routes import route_map_json_schema
+from sidecar.routemap import route_map_json_schema
 from tests.deploy.chart_schema import (
     VALUES_SCHEMA,
     chart_route_map_schema,

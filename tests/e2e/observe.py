@@ -152,7 +152,7 @@ def expected_violations(
 # made short, so that a flood's suppressed count shows within a test. Everything else
 # (argument parsing, logging set-up, the service) is the real command line.
 _LAUNCH = (
-    "import sys, runpy, sidecar.route_log as route_log\n"
+    "import sys, runpy, sidecar.observe.route_log as route_log\n"
     "assert hasattr(route_log, 'LOG_INTERVAL_S'), 'route_log.py renamed the interval'\n"
     "route_log.LOG_INTERVAL_S = float(sys.argv.pop(1))\n"
     "runpy.run_module('sidecar', run_name='__main__', alter_sys=True)\n"

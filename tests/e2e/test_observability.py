@@ -24,7 +24,7 @@ from prometheus_client.openmetrics.parser import (
 
 from sidecar import __version__
 from sidecar.contract import CONTRACT_VERSION, Publishers
-from sidecar.metrics import DRIFT_VIOLATIONS
+from sidecar.observe.metrics import DRIFT_VIOLATIONS
 from sidecar.wire import BrokerAddress
 from tests.e2e.conftest import (
     Flow,

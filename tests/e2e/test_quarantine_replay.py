@@ -16,9 +16,9 @@ import sys
 import pytest
 from pamqp.commands import Basic
 
-from sidecar import quarantine_tool
 from sidecar.clock import Clock
-from sidecar.quarantine import Selection
+from sidecar.quarantine import tool as quarantine_tool
+from sidecar.quarantine.rows import Selection
 from sidecar.wire import BrokerAddress
 from tests.conftest import REPO
 from tests.e2e.conftest import (

@@ -43,7 +43,7 @@ async def test_reloads_that_restart_a_route_mid_flow_lose_nothing(
     await sidecar.start()
     left = []
     for reload in range(RELOADS):
-        # A changed origin restarts the route (sidecar.reload_plan).
+        # A changed origin restarts the route (sidecar.routemap.reload_plan).
         route_map["routes"][0]["origin"] = f"reload-{reload}"
         sidecar.write(route_map)
         sidecar.send(signal.SIGHUP)

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sidecar.errors import ConfigError
-from sidecar.routes import RouteMap, parse_route_map
+from sidecar.routemap import RouteMap, parse_route_map
 from tests.conftest import REPO
 
 if TYPE_CHECKING:

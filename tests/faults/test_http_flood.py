@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from sidecar.http_server import MAX_CONNECTIONS
+from sidecar.observe.http_server import MAX_CONNECTIONS
 from tests.e2e.conftest import (
     Sidecar,
     declare_flow,

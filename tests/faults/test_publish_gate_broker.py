@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from sidecar.publish_gate import QUIET_S
+from sidecar.settle.publish_gate import QUIET_S
 from tests.e2e.conftest import Sidecar, declare_quarantine, eventually, make_ids, publish_ids
 from tests.faults.private_node import PrivateNode, private_node
 from tests.faults.test_refusals import report, route, route_map, take_all

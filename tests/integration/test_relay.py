@@ -15,7 +15,7 @@ from pamqp.commands import Basic
 
 from sidecar.contract import ERROR as ERROR_HEADER
 from sidecar.contract.vectors import to_json
-from sidecar.settlement import QUARANTINED_FROM
+from sidecar.settle.settlement import QUARANTINED_FROM
 from sidecar.wire import (
     ByteArray,
     Float32,
@@ -370,7 +370,7 @@ async def test_prefetch_bounds_in_flight_and_work_is_pipelined(
     broker: Broker, run_sidecar: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """In-flight messages never exceed prefetch, and more than one is in flight at a time."""
-    from sidecar.metrics import Metrics  # noqa: PLC0415
+    from sidecar.observe.metrics import Metrics  # noqa: PLC0415
 
     peak = {"now": 0, "max": 0}
     original = Metrics.add_in_flight
@@ -497,7 +497,7 @@ async def test_internal_error_quarantines_instead_of_spinning(
             raise RuntimeError("boom")
         return real(routing_key, properties, headers, **kwargs)
 
-    monkeypatch.setattr("sidecar.settlement.normalise", flaky)
+    monkeypatch.setattr("sidecar.settle.settlement.normalise", flaky)
     topo = await make_topology(broker)
     async with run_sidecar(one_route(broker, topo)) as running:
         await broker.publish(topo.staging, headers=envelope("bug-1"))
@@ -559,10 +559,10 @@ async def test_slow_confirm_is_reported_and_never_resent(
     broker: Broker, run_sidecar: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A confirm slower than the limit pauses the route on /readyz; the copy is sent once."""
-    import sidecar.plan_publisher  # noqa: PLC0415
+    import sidecar.relay.publisher  # noqa: PLC0415
     from tests.lag_proxy import LagProxy  # noqa: PLC0415
 
-    monkeypatch.setattr(sidecar.plan_publisher, "CONFIRM_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(sidecar.relay.publisher, "CONFIRM_TIMEOUT_S", 0.2)
     topo = await make_topology(broker)
     async with LagProxy(broker.url) as proxy:
         text = one_route(broker, topo).replace(broker.url, proxy.proxied_url)

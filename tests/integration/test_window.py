@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from sidecar.amqp import Channel, Connection, Delivery, connect
-from sidecar.settler import Settler
+from sidecar.relay.settler import Settler
 from sidecar.wire import BrokerAddress
 from tests.integration.conftest import route_map_yaml, wait_for
 from tests.integration.test_relay import envelope, headers_of

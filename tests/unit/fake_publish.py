@@ -2,7 +2,7 @@
 
 ``PublishRecorder.publish`` has the client's signature; a fake says what the broker
 answers to each publish in ``answer``. An exception answer is raised, as the client raises.
-The publish gate's probe (``sidecar.publish_gate``) is confirmed at once and only counted
+The publish gate's probe (``sidecar.settle.publish_gate``) is confirmed at once and only counted
 (``probes``): the fakes' scripts answer the copies.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sidecar.publish_gate import PROBE_ROUTING_KEY
+from sidecar.settle.publish_gate import PROBE_ROUTING_KEY
 from sidecar.wire import Body, PublishOutcome
 
 if TYPE_CHECKING:

@@ -14,8 +14,8 @@ import pytest
 
 from sidecar.errors import ConfigError, TlsFileError
 from sidecar.route_files import load_config
-from sidecar.route_map import TlsConfig
-from sidecar.routes import parse_route_map
+from sidecar.routemap import parse_route_map
+from sidecar.routemap.model import TlsConfig
 from sidecar.tls import client_context
 from tests.tls_files import TlsFiles, make_tls_files
 

@@ -1,0 +1,401 @@
+"""The sidecar's Prometheus metrics: the only module that knows metric names and label names.
+
+Everything is registered on the ``CollectorRegistry`` handed to ``Metrics``; nothing is
+registered at import time and the global registry is never touched. Every series exists
+at zero from the first scrape: the constructor creates the process-wide series and
+``add_route`` creates a route's series, so a rate or an absence alert never has to guess
+whether a missing series means "zero" or "not running".
+
+``Metrics`` is the one face callers use. It owns each route's settlement series (messages,
+relay time, in flight, up, retried copies, dead-lettered) and hands the drift series
+(``_Violations``: violations by header and by producer) and the process-wide ones
+(``_ProcessSeries``: the connection, the broker's block, reconnects, reloads, the build)
+to a class each.
+
+Labels are bounded: route names come from the route map and violation ``(kind, header)``
+pairs from the contract's closed sets. Never pass a message id, a raw unknown header name
+or a hostname here.
+
+Not thread-safe for writes: call the mutators from the event loop only. Scrapes from the
+HTTP thread read through prometheus_client's own locks, and the series a message moves on
+the hot path (``sidecar.observe.series``) as copies of plain numbers made under the GIL.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+from prometheus_client import Counter, Gauge
+
+from sidecar.contract import (
+    APP_LABEL,
+    DEFAULT_PRODUCERS_PER_ROUTE,
+    LEGACY_NAMES,
+    UNKNOWN,
+    UNKNOWN_RESERVED_LABEL,
+    Kind,
+    ProducerLabels,
+)
+from sidecar.observe.series import Cell, PlainCounters, SettledSeries, Tally
+from sidecar.settle import Outcome
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+
+    from prometheus_client import CollectorRegistry
+
+__all__ = ["DRIFT_VIOLATIONS", "RELAY_SECONDS_BUCKETS", "Metrics", "Outcome", "ReloadResult"]
+
+PREFIX = "acemq_sidecar_"
+
+# Consume -> confirm: a local broker confirms in well under a millisecond, a loaded or
+# remote one in tens of milliseconds, and anything past 10 s is an incident, not a latency.
+RELAY_SECONDS_BUCKETS = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
+
+# The (kind, header) pairs the Helm chart's drift alert watches (docs/contract.md sections 4, 5
+# and 7); created at zero per route so that `increase(...) > 0` fires on the first violation
+# rather than on the second.
+DRIFT_VIOLATIONS: tuple[tuple[str, str], ...] = (
+    (Kind.APP_RESERVED, UNKNOWN_RESERVED_LABEL),
+    (Kind.UNKNOWN_RESERVED, UNKNOWN_RESERVED_LABEL),
+    *((Kind.LEGACY_NAME, legacy) for legacy in LEGACY_NAMES),
+    (Kind.UNPORTABLE, APP_LABEL),
+)
+
+
+class ReloadResult(StrEnum):
+    """What a route map reload did; the values are the ``result`` label."""
+
+    APPLIED = "applied"
+    REFUSED = "refused"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _RouteSeries:
+    """One route's labelled children, resolved once so the hot path skips ``.labels``."""
+
+    settled: Tally  # messages_total and relay_seconds
+    route_up: Gauge
+    retried_copies: Counter
+    dead_lettered: Counter
+
+
+class Metrics:
+    """The sidecar's collectors, registered on an injected registry.
+
+    Per-route children are cached in dicts, so a message costs dictionary look-ups, not
+    label validation and locking.
+    """
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        *,
+        version: str,
+        contract: str,
+        producers_per_route: int = DEFAULT_PRODUCERS_PER_ROUTE,
+    ) -> None:
+        self._settled = SettledSeries(
+            registry,
+            messages=(
+                f"{PREFIX}messages",
+                (
+                    "Staging messages settled (acked after a confirmed copy), by outcome: relayed"
+                    " = normalised copy on the target; quarantined = original on the quarantine"
+                    " exchange (rejected, unroutable or unwritable); audited = original relayed"
+                    " unchanged in audit mode."
+                ),
+            ),
+            seconds=(
+                f"{PREFIX}relay_seconds",
+                (
+                    "Seconds from receiving a staging message to acking it after the broker"
+                    " confirmed its copy (target or quarantine); includes any time it was held"
+                    " by a pause."
+                ),
+            ),
+            buckets=RELAY_SECONDS_BUCKETS,
+        )
+        self._drift = _Violations(registry, producers_per_route=producers_per_route)
+        self._in_flight = Gauge(
+            f"{PREFIX}in_flight",
+            "Messages received from the staging queue and not yet acked; at most the route's"
+            " prefetch. Stuck near prefetch: confirms are slow or the route is held.",
+            ["route"],
+            registry=registry,
+        )
+        self._route_up = Gauge(
+            f"{PREFIX}route_up",
+            "1 while the route consumes its staging queue; 0 while it is paused (a missing"
+            " queue or exchange, a refused publish, no connection): /readyz says why.",
+            ["route"],
+            registry=registry,
+        )
+        self._retried_copies = Counter(
+            f"{PREFIX}retried_copies_total",
+            "Copies published again after the broker nacked one or lost it with its channel"
+            " before the confirm: each may have reached some queues already, so each may be"
+            " a duplicate downstream (same x-acemq-id). Bounded per message by"
+            " broker.nack_retry.",
+            ["route"],
+            registry=registry,
+        )
+        self._dead_lettered = Counter(
+            f"{PREFIX}dead_lettered_total",
+            "Staging messages rejected (requeue=false) because neither the target nor the"
+            " quarantine exchange took them before the broker's consumer_timeout: the broker"
+            " dead-letters them to the staging queue's dead-letter exchange, or drops them"
+            " when it has none. Any rise needs an operator (see the log).",
+            ["route"],
+            registry=registry,
+        )
+        self._process = _ProcessSeries(registry, version=version, contract=contract)
+        self._routes: dict[str, _RouteSeries] = {}
+        # Messages in flight per route: a plain int the in_flight gauge reads at scrape
+        # time, so a delivery costs two integer additions, not two locked gauge updates.
+        self._in_flight_counts: dict[str, int] = {}
+
+    def add_route(self, route: str) -> None:
+        """Create every series of ``route`` at zero; a route already present is left as is."""
+        self._series(route)
+
+    def remove_route(self, route: str) -> None:
+        """Remove every series of ``route``, for a route a reload deleted; unknown: no-op.
+
+        Call it once the route has drained: a later observation for the route recreates
+        its series (at zero, apart from that observation).
+        """
+        series = self._routes.pop(route, None)
+        if series is None:
+            return
+        self._settled.remove_route(route)
+        self._in_flight.remove(route)
+        del self._in_flight_counts[route]
+        self._route_up.remove(route)
+        self._retried_copies.remove(route)
+        self._dead_lettered.remove(route)
+        self._drift.remove_route(route)
+
+    def observe_message(self, route: str, outcome: Outcome, seconds: float) -> None:
+        """Count one settled message and observe its consume-to-confirm time in seconds."""
+        series = self._routes.get(route)
+        if series is None:
+            series = self._series(route)
+        series.settled.observe(outcome, seconds)
+
+    def count_violations(
+        self, route: str, violations: Iterable[tuple[str, str]], *, producer: str = UNKNOWN
+    ) -> None:
+        """Count each ``(kind, header)`` pair once; called per message, usually with none.
+
+        The caller guarantees both strings come from the contract's closed sets, and that
+        ``producer`` comes from ``producers.producer_of``; it is bounded here per route.
+        """
+        self._drift.count(route, violations, producer=producer)
+
+    def add_in_flight(self, route: str, delta: int) -> None:
+        """Add ``delta`` (negative to subtract) to the messages of ``route`` in flight."""
+        counts = self._in_flight_counts
+        if route not in counts:
+            self._series(route)
+        counts[route] += delta
+
+    def set_route_up(self, route: str, *, up: bool) -> None:
+        """Record whether ``route`` is consuming."""
+        series = self._routes.get(route)
+        if series is None:
+            series = self._series(route)
+        series.route_up.set(1 if up else 0)
+
+    def set_broker_connected(self, *, connected: bool) -> None:
+        """Record whether the AMQP connection is open."""
+        self._process.set_broker_connected(connected=connected)
+
+    def count_retried_copy(self, route: str) -> None:
+        """Count one copy published again after a nack or a lost channel (a maybe-duplicate)."""
+        series = self._routes.get(route) or self._series(route)
+        series.retried_copies.inc()
+
+    def count_dead_lettered(self, route: str) -> None:
+        """Count one staging message rejected to its queue's dead-letter exchange."""
+        series = self._routes.get(route) or self._series(route)
+        series.dead_lettered.inc()
+
+    def watch_broker_blocked(self, is_blocked: Callable[[], bool]) -> None:
+        """Read ``broker_blocked`` from ``is_blocked`` at every scrape (from any thread)."""
+        self._process.watch_broker_blocked(is_blocked)
+
+    def count_reconnect(self) -> None:
+        """Count one connection re-established after a loss."""
+        self._process.count_reconnect()
+
+    def count_reload(self, result: ReloadResult) -> None:
+        """Count one route map reload with its result."""
+        self._process.count_reload(result)
+
+    def _series(self, route: str) -> _RouteSeries:
+        """Return the children of ``route``, creating them (and its drift series) at zero."""
+        series = self._routes.get(route)
+        if series is not None:
+            return series
+        series = _RouteSeries(
+            settled=self._settled.add_route(route),
+            route_up=self._route_up.labels(route),
+            retried_copies=self._retried_copies.labels(route),
+            dead_lettered=self._dead_lettered.labels(route),
+        )
+        counts = self._in_flight_counts
+        counts[route] = 0
+        self._in_flight.labels(route).set_function(lambda: counts.get(route, 0))
+        self._routes[route] = series
+        self._drift.add_route(route)
+        return series
+
+
+class _Violations:
+    """The drift series of every route: by ``(kind, header)``, and by producer and kind.
+
+    Children are cached per label triple, so a message costs dictionary look-ups, not
+    label validation and locking; the producer label is bounded per route.
+    """
+
+    def __init__(self, registry: CollectorRegistry, *, producers_per_route: int) -> None:
+        self._violations = PlainCounters(
+            registry,
+            f"{PREFIX}violations_total",
+            "Envelope rules that fired on consumed messages, by kind (docs/contract.md section 6)"
+            " and header (the contract name; x-acemq-* for any unknown reserved name, app for"
+            " an application header). A rise means a publisher drifts from the contract.",
+            ("route", "kind", "header"),
+        )
+        self._producer_violations = PlainCounters(
+            registry,
+            f"{PREFIX}producer_violations_total",
+            "Envelope rules that fired, by the service that produced the message: the part of"
+            " x-acemq-origin before '@' (app_id on a publishers: apps route); unknown when it"
+            " names none; other past the route's limit of distinct producers or for a name"
+            " that looks like an id or a host. Which service to fix when drift rises.",
+            ("route", "producer", "kind"),
+        )
+        self._producers = ProducerLabels(producers_per_route)
+        self._producer_children: dict[tuple[str, str, str], Cell] = {}
+        self._violation_children: dict[tuple[str, str, str], Cell] = {}
+
+    def add_route(self, route: str) -> None:
+        """Create the series the drift alert watches (``DRIFT_VIOLATIONS``) at zero."""
+        for kind, header in DRIFT_VIOLATIONS:
+            self._violation_child(route, kind, header)
+
+    def remove_route(self, route: str) -> None:
+        """Remove every drift series of ``route`` and forget its producers."""
+        for key in [key for key in self._violation_children if key[0] == route]:
+            del self._violation_children[key]
+            self._violations.remove(*key)
+        for key in [key for key in self._producer_children if key[0] == route]:
+            del self._producer_children[key]
+            self._producer_violations.remove(*key)
+        self._producers.forget(route)
+
+    def count(self, route: str, violations: Iterable[tuple[str, str]], *, producer: str) -> None:
+        """Count each ``(kind, header)`` pair once, and once more under its producer."""
+        # The loop over an empty iterable is the whole cost of the common case.
+        producer_label: str | None = None
+        for kind, header in violations:
+            key = (route, kind, header)
+            child = self._violation_children.get(key)
+            if child is None:
+                child = self._violation_child(route, kind, header)
+            child.value += 1
+            if producer_label is None:
+                producer_label = self._producers.label(route, producer)
+            by_producer = (route, producer_label, str(kind))
+            producer_child = self._producer_children.get(by_producer)
+            if producer_child is None:
+                producer_child = self._producer_violations.labels(*by_producer)
+                self._producer_children[by_producer] = producer_child
+            producer_child.value += 1
+
+    def _violation_child(self, route: str, kind: str, header: str) -> Cell:
+        """Create, cache and return the ``violations_total`` child of one triple."""
+        # str() so that a StrEnum kind and its plain string value share one cache entry
+        # and one label value.
+        key = (route, str(kind), header)
+        child = self._violation_children.get(key)
+        if child is None:
+            child = self._violations.labels(*key)
+            self._violation_children[key] = child
+        return child
+
+
+class _ProcessSeries:
+    """The process-wide series: the connection, the broker's block, reconnects, reloads."""
+
+    def __init__(self, registry: CollectorRegistry, *, version: str, contract: str) -> None:
+        self._broker_connected = Gauge(
+            f"{PREFIX}broker_connected",
+            "1 while the AMQP connection to the broker is open; 0 while connecting or"
+            " reconnecting (every route is stopped then).",
+            registry=registry,
+        )
+        self._broker_blocked = Gauge(
+            f"{PREFIX}broker_blocked",
+            "1 while the broker blocks the connection (connection.blocked: a memory or disk"
+            " alarm): nothing is published, /readyz gives the broker's reason.",
+            registry=registry,
+        )
+        self._broker_blocked.set(0)
+        self._reconnects = Counter(
+            f"{PREFIX}reconnects_total",
+            "AMQP connections re-established after one was lost (the first connect is not"
+            " counted); unacked messages are redelivered after each.",
+            registry=registry,
+        )
+        reloads = Counter(
+            f"{PREFIX}config_reloads_total",
+            "Route map reloads (SIGHUP or a changed file), by result: applied, or refused"
+            " because the new map is invalid (the old one keeps running; see the log).",
+            ["result"],
+            registry=registry,
+        )
+        build_info = Gauge(
+            f"{PREFIX}build_info",
+            "Always 1; the labels name the running sidecar version and the AceMQ envelope"
+            " contract version it enforces.",
+            ["version", "contract"],
+            registry=registry,
+        )
+        build_info.labels(version=version, contract=contract).set(1)
+        self._reloads = {result: reloads.labels(result=result) for result in ReloadResult}
+
+    def set_broker_connected(self, *, connected: bool) -> None:
+        """Record whether the AMQP connection is open."""
+        self._broker_connected.set(1 if connected else 0)
+
+    def watch_broker_blocked(self, is_blocked: Callable[[], bool]) -> None:
+        """Read ``broker_blocked`` from ``is_blocked`` at every scrape (from any thread)."""
+        self._broker_blocked.set_function(lambda: 1.0 if is_blocked() else 0.0)
+
+    def count_reconnect(self) -> None:
+        """Count one connection re-established after a loss."""
+        self._reconnects.inc()
+
+    def count_reload(self, result: ReloadResult) -> None:
+        """Count one route map reload with its result."""
+        self._reloads[result].inc()

@@ -1,0 +1,362 @@
+"""One route's consumer on its channel, and the re-consume that changes its window.
+
+``sidecar.relay.worker``'s ``RouteWorker`` opens the channel and hands it here: this keeps what
+the consumer is now (its tag, its window, the deliveries it holds) and carries out what
+``sidecar.settle.window`` decides. A running consumer's prefetch cannot change on every queue
+type, so a new window is a new consumer on the same channel, in this order:
+
+1. Hold acks until the consumer holds its whole window, unsettled (``sidecar.relay.ack_gate``),
+   or what its byte budget lets the connection read, with no delivery for ``FILL_IDLE_S``:
+   then the broker has nothing on its way to it (no credit left); acks wait until the
+   cancel of step 2 is written (docs/decisions/0041).
+   This matters on a quorum queue: its channel returns to the queue, spending a delivery
+   attempt of ``x-delivery-limit``, every delivery that reaches it for a consumer tag
+   already cancelled (seen on RabbitMQ 3.10 with deliveries in transit at the cancel: 4
+   and 6 of 480 dead-lettered at a limit of 0). A classic queue hands over what it sent
+   before the cancel-ok either way.
+2. ``basic.cancel`` and its cancel-ok: after it nothing comes for the old tag; what it
+   delivered stays unacked on the channel and is settled as any delivery (never requeued).
+3. Wait until what the old consumer left in flight leaves room (``sidecar.settle.window.refill``).
+4. ``basic.qos`` (per consumer) and ``basic.consume`` under a new tag,
+   ``acemq-sidecar.<route>#<n>`` ("#" is in no route name, so tags stay unique).
+
+A quorum queue counts the cancelled consumer among the queue's consumers until its
+deliveries are settled (a few milliseconds); it receives nothing meanwhile.
+
+It must not decide anything: the decisions are ``sidecar.settle.window``'s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING
+
+from sidecar.amqp import ChannelLostError, MissingEntityError
+from sidecar.relay.ack_gate import AckGate
+from sidecar.settle import START_WINDOW, in_flight_window, next_window, refill
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Coroutine
+    from typing import Any
+
+    from sidecar.amqp import AckChannel, Consumer, RelayConnection
+    from sidecar.clock import Clock
+    from sidecar.relay.state import RouteState
+    from sidecar.wire import Delivery
+
+__all__ = ["InFlightWindow", "RouteConsumer"]
+
+log = logging.getLogger("sidecar.relay")  # the relay's lines, whichever module writes them
+
+# A re-consume's cancel, qos and consume: a broker that does not answer them in this time
+# leaves the consumer unknown, so the channel is closed (and reopened) instead.
+RECONSUME_TIMEOUT_S = 10.0
+# While acks wait for a consumer to fill its window before a cancel: with no delivery for
+# this long there is no backlog to fill it (with one, the broker sends within a round trip).
+FILL_IDLE_S = 0.5
+# How long a new consumer waits for what the old one left in flight to make room for its
+# whole window; past it, it starts with what fits (deliveries held for the broker can take
+# minutes to settle, and the route would consume nothing meanwhile).
+REFILL_WAIT_S = 1.0
+
+
+class InFlightWindow:
+    """One route's consumer window and what ``sidecar.settle.window`` decides it from.
+
+    The largest body seen is kept across the route's channels; the consumer's window, the
+    body sizes seen since it was set and whether it may still grow are per channel.
+    ``note`` runs for every content header, in the client's frame handler: it counts,
+    compares, and sets ``wanted`` when a change is due; ``RouteConsumer`` makes it.
+    """
+
+    def __init__(self, *, prefetch: int, budget_bytes: int, fixed: bool = False) -> None:
+        self._prefetch = prefetch
+        self._budget = self.budget_bytes = budget_bytes  # the channel reads no more past it
+        # A single-active-consumer queue: a channel keeps the window it starts with (what
+        # the budget allows for the largest body seen so far), as a re-consume's cancel
+        # would hand the active role, and the queue's order, to another replica.
+        self._fixed = fixed
+        self.largest: int | None = None
+        self.allowed = prefetch  # in_flight_window for the largest body seen
+        self.current = START_WINDOW
+        self._seen = 0
+        self._may_grow = True
+        self.wanted = asyncio.Event()
+
+    def start(self) -> int:
+        """Return the window a new channel starts with: slow start, whatever was learned."""
+        self.current = self.allowed if self._fixed else min(START_WINDOW, self.allowed)
+        self._seen = 0
+        self._may_grow = not self._fixed
+        self.wanted.clear()
+        return self.current
+
+    def note(self, size: int) -> None:
+        """Record a delivery's body size, from its content header."""
+        self._seen += 1
+        largest = self.largest
+        if (
+            largest is not None
+            and size <= largest
+            and not self._may_grow
+            and self.allowed >= self.current
+        ):
+            return  # the common case: only a larger body can change anything now
+        if largest is None or size > largest:
+            self.largest = size
+            self.allowed = in_flight_window(
+                prefetch=self._prefetch, budget_bytes=self._budget, largest_bytes=size
+            )
+        if self._fixed:
+            return  # learned for the next channel; this one keeps its window
+        if self.target() is not None:
+            self.wanted.set()
+        elif self._seen >= self.current:
+            # A whole window seen and still no growth: none can come later either (the
+            # allowed window only shrinks), so stop asking.
+            self._may_grow = False
+
+    def target(self) -> int | None:
+        """Return the window the consumer should move to now, or None."""
+        return next_window(
+            current=self.current,
+            allowed=self.allowed,
+            prefetch=self._prefetch,
+            seen=self._seen,
+            may_grow=self._may_grow,
+        )
+
+    def applied(self, window: int, *, whole: bool) -> None:
+        """Record the new consumer's window; not ``whole``: it had to start smaller."""
+        self.current = window
+        self._seen = 0
+        # Smaller because deliveries stayed in flight past REFILL_WAIT_S (held ones): the
+        # next growth would wait for them again, so the channel keeps this window.
+        self._may_grow = self._may_grow and whole
+        if self.target() is not None:
+            self.wanted.set()
+
+
+class RouteConsumer:
+    """One route's consumer on one channel; see the module docstring.
+
+    The settler acks and rejects through it (``AckChannel``), so its ``AckGate`` knows how
+    many of its deliveries the current consumer still holds, and can hold acks for a cancel.
+    """
+
+    def __init__(
+        self,
+        channel: Consumer,
+        *,
+        route: str,
+        queue: str,
+        window: InFlightWindow,
+        state: RouteState,
+        settle: Callable[[AckChannel, Delivery], Coroutine[Any, Any, None]],
+        clock: Clock,
+    ) -> None:
+        self._channel = channel
+        self._route = route
+        self._queue = queue
+        self._window = window
+        self._state = state
+        self._settle = settle
+        self._tag_base = f"acemq-sidecar.{route}"
+        self.consumer_tag = self._tag_base  # the consumer the broker has now
+        self._consumers = 1
+        self._gate = AckGate(channel.has_room)
+        self._monotonic = clock.monotonic
+        # Delivery tag -> when it came, until acked or rejected: the oldest is the one the
+        # broker's consumer_timeout would take back (it checks the channel's oldest unacked).
+        self._arrived: dict[int, float] = {}
+        self._active_at = self._monotonic()  # the last delivery or ack (or the start)
+
+    # --- what the settler acks on ---
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the channel can still ack."""
+        return self._channel.is_open
+
+    @property
+    def cancelled_by_broker(self) -> bool:
+        """Whether the broker cancelled the consumer (its ``basic.cancel``); the channel stays."""
+        return self._channel.consumer_cancelled
+
+    async def ack(self, delivery_tag: int) -> bool:
+        """Ack one delivery (once no cancel waits); False when the channel is gone."""
+        gate = self._gate
+        if not gate.opened.is_set():  # the common case costs no coroutine
+            await gate.opened.wait()
+        gate.settled(delivery_tag)
+        if await self._channel.ack(delivery_tag):
+            self._active_at = self._monotonic()
+            self._arrived.pop(delivery_tag, None)
+            return True
+        return False
+
+    async def reject(self, delivery_tag: int, *, requeue: bool) -> bool:
+        """Reject one delivery (once no cancel waits); False when the channel is gone."""
+        gate = self._gate
+        if not gate.opened.is_set():
+            await gate.opened.wait()
+        gate.settled(delivery_tag)
+        if await self._channel.reject(delivery_tag, requeue=requeue):
+            self._active_at = self._monotonic()
+            self._arrived.pop(delivery_tag, None)
+            return True
+        return False
+
+    async def close(self) -> None:
+        """Close the channel; what is unacked goes back to its queue."""
+        await self._channel.close()
+
+    def oldest_unsettled_s(self) -> float | None:
+        """Return how long ago the oldest delivery not acked or rejected came, if any."""
+        for arrived in self._arrived.values():  # in the order they came
+            return self._monotonic() - arrived
+        return None
+
+    # --- the consumer's life ---
+
+    async def start(self) -> None:
+        """Start the channel's first consumer."""
+        await self._channel.consume(
+            self._queue,
+            self._deliver,
+            consumer_tag=self.consumer_tag,
+            on_body_size=self._window.note,
+            max_in_flight_bytes=self._window.budget_bytes,
+        )
+
+    async def cancel(self, *, fill_s: float) -> None:
+        """Cancel the current consumer (a drain): no more deliveries once it returns.
+
+        As a re-consume does, it first holds acks and waits, up to ``fill_s``, until the
+        consumer holds its whole window or has had no delivery (nor ack) for
+        ``FILL_IDLE_S``: then nothing is on its way to it (on a quorum queue such a
+        delivery would spend a delivery attempt). The acks go once the cancel is written.
+        """
+        gate, quiet_s = self._gate, self._monotonic() - self._active_at
+        try:
+            await gate.hold_until_full(
+                self._window.current, idle_s=FILL_IDLE_S, quiet_s=quiet_s, bound_s=fill_s
+            )
+            await self._channel.cancel(self.consumer_tag, on_sent=gate.release)
+        finally:
+            gate.release()
+
+    async def wait_closed(self) -> str:
+        """Return why, once the channel closes or the broker cancels the consumer."""
+        return await self._channel.wait_closed()
+
+    async def _deliver(self, delivery: Delivery) -> None:
+        self._arrived[delivery.delivery_tag] = self._active_at = self._monotonic()
+        self._gate.delivered(delivery.delivery_tag)
+        await self._settle(self, delivery)
+
+    # --- changing the window ---
+
+    async def follow(self, connection: RelayConnection) -> str:
+        """Re-consume whenever the window should change; return why, if a change failed.
+
+        Runs until cancelled (the route's channel closed, or a stop). A stop cancels a
+        change half-way: ``consumer_tag`` is the new tag before its consume is sent, so a
+        drain's cancel covers whichever consumer the broker has.
+        """
+        window = self._window
+        while True:
+            await window.wanted.wait()
+            if connection.blocked_reason is not None:
+                # The broker reads nothing from a blocked connection: a cancel now would
+                # only time out. Deliveries keep to the current window meanwhile.
+                await connection.wait_unblocked()
+                if not connection.is_open:
+                    return "connection lost"
+                continue
+            window.wanted.clear()
+            if window.target() is None:
+                continue
+            try:
+                reason = await self._reconsume(connection)
+            except (ChannelLostError, MissingEntityError) as e:
+                return str(e)
+            except TimeoutError:
+                return f"the broker did not answer the re-consume within {RECONSUME_TIMEOUT_S:g}s"
+            except Exception as e:
+                log.exception("route %s: unexpected error while re-consuming", self._route)
+                return f"unexpected error while re-consuming: {e!r}"
+            if reason is not None:
+                return reason
+
+    async def _reconsume(self, connection: RelayConnection) -> str | None:
+        """Move to a new consumer on the channel (the module's steps); why not, if it failed."""
+        window, channel, gate = self._window, self._channel, self._gate
+        old, old_tag = window.current, self.consumer_tag
+        if not await gate.until_full(old, idle_s=FILL_IDLE_S):  # acks wait from then on
+            # Try again at a later delivery's header (not at once: nothing to fill now).
+            window.wanted.clear()
+            return None
+        if connection.blocked_reason is not None:  # blocked while it filled: after it
+            gate.release()
+            window.wanted.set()
+            return None
+        try:
+            async with asyncio.timeout(RECONSUME_TIMEOUT_S):
+                # Acks go once the cancel is written: the broker reads them after it, and
+                # the cancel-ok may wait behind deliveries that only an ack lets be read.
+                confirmed = await channel.cancel(old_tag, on_sent=gate.release)
+        finally:
+            gate.release()
+        if not confirmed:
+            return f"the broker did not confirm the cancel of consumer {old_tag}"
+        if channel.consumer_cancelled:
+            return None  # the broker's own cancel: wait_closed has returned, the worker acts
+        # A body larger than the target may have come before the cancel-ok.
+        new = window.target() or old
+        take = await _room_for(self._state, window, old=old, new=new)
+        self._consumers += 1
+        tag = self.consumer_tag = f"{self._tag_base}#{self._consumers}"
+        # Each of the old consumer's deliveries counted itself before its cancel-ok (its
+        # task starts before ours resumes).
+        gate.next_consumer()
+        async with asyncio.timeout(RECONSUME_TIMEOUT_S):
+            await channel.qos(take)
+            await channel.consume(
+                self._queue,
+                self._deliver,
+                consumer_tag=tag,
+                on_body_size=window.note,
+                max_in_flight_bytes=window.budget_bytes,
+            )
+        window.applied(take, whole=take == new)
+        extra = {"route": self._route, "window": take, "largest_bytes": window.largest}
+        if take < old:
+            log.info(
+                "route %s: window %d -> %d for bodies of up to %s bytes",
+                self._route,
+                old,
+                take,
+                window.largest,
+                extra=extra,
+            )
+        else:
+            log.debug("route %s: window %d -> %d", self._route, old, take, extra=extra)
+        return None
+
+
+async def _room_for(state: RouteState, window: InFlightWindow, *, old: int, new: int) -> int:
+    """Return the window the new consumer may start with, waiting for room if need be."""
+
+    def room() -> int:
+        return refill(old=old, new=new, allowed=window.allowed, in_flight=state.in_flight)
+
+    if room() < new:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(REFILL_WAIT_S):
+                await state.wait_in_flight_at_most(max(old, window.allowed) - new)
+    while room() == 0:  # every slot held: as the old consumer would, take nothing yet
+        await state.wait_in_flight_at_most(max(old, window.allowed) - 1)
+    return room()

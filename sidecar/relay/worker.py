@@ -1,0 +1,266 @@
+"""The I/O loop of one route: consume, publish what settlement decides, ack on the confirm.
+
+Its one rule: a delivery is acked only after the broker confirmed its normalised copy on
+the target exchange, or its quarantine copy on the quarantine exchange. Anything else
+leaves it unacked, and the broker redelivers it; the one exception is a delivery neither
+the target nor quarantine takes before the broker's consumer_timeout would take it back,
+which is rejected (requeue=false) to the staging queue's dead-letter exchange, logged
+and counted. The decisions are ``sidecar.settle.settlement``'s (pure, unit-tested); the wire is
+the AMQP client's, seen through its Protocols (``Consumer``, ``Publisher``,
+``RelayConnection``). A route consumes on one channel and publishes on others
+(``sidecar.relay.lane``), so that a publish the broker refuses by closing its channel
+requeues nothing. Its consumer's window follows the bodies it sees (``sidecar.settle.window``):
+slow start, bounded by the route's prefetch and ``broker.max_in_flight_bytes``, changed
+by a re-consume on the same channel, whose deliveries in flight are settled as any other.
+This module only carries decisions out, and keeps the route's state (``RouteState``) and
+its rate-limited log lines (``RouteLog``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from typing import TYPE_CHECKING
+
+from sidecar.amqp import ChannelLostError, MissingEntityError
+from sidecar.observe import RouteLog
+from sidecar.relay.consumer import InFlightWindow, RouteConsumer
+from sidecar.relay.lane import PublishLane
+from sidecar.relay.settler import Settler
+from sidecar.relay.state import RouteState
+from sidecar.relay.waits import first_of, sleep_unless
+from sidecar.settle import QUARANTINE_SHARE, Backoff, consumer_timeout_after
+
+if TYPE_CHECKING:
+    from sidecar.amqp import Consumer, RelayConnection
+    from sidecar.relay.context import RouteContext
+
+__all__ = ["RouteWorker"]
+
+log = logging.getLogger("sidecar.relay")
+
+HEALTHY_CHANNEL_S = 30.0  # a channel that lived this long resets the reopen backoff
+# A drain waits at most this long for its consumer's window to fill before the cancel: a
+# backlog fills it within a round trip, a trickle may never (docs/decisions/0030).
+DRAIN_FILL_MAX_S = 2.0
+
+
+class RouteWorker:
+    """Consumes one route's staging queue and settles every delivery it receives."""
+
+    def __init__(self, context: RouteContext) -> None:
+        route = self.route = context.route
+        self._quarantine_exchange = context.quarantine_exchange
+        self._clock = context.clock
+        self._backoff = Backoff(rng=context.rng)
+        self._stop = asyncio.Event()
+        self._replaced = False  # a reload stopped or restarted the route: the process goes on
+        self._log = RouteLog(route.name)
+        self.state = RouteState(
+            route.name, metrics=context.metrics, log=self._log, clock=context.clock
+        )
+        self._settler = Settler(context, state=self.state, log=self._log, stop=self._stop)
+        self._window = InFlightWindow(
+            prefetch=route.prefetch,
+            budget_bytes=route.limits.max_in_flight_bytes,
+            fixed=route.single_active_consumer,
+        )
+
+    @property
+    def pause_reason(self) -> str | None:
+        """Why the route is not consuming, or None while it is (read by /readyz)."""
+        return self.state.pause_reason
+
+    def request_stop(self, *, replaced: bool = False) -> None:
+        """Ask the worker to stop consuming and settle what it holds.
+
+        ``replaced``: a successor runs the same route now (a reload), so this worker must
+        no longer report the route up or down.
+        """
+        if replaced:
+            self._replaced = True
+            self.state.hand_over()
+        self.state.stopping = True
+        self._stop.set()
+
+    # --- the channels' lifecycle ---
+
+    async def run(
+        self,
+        connection: RelayConnection,
+        *,
+        grace_s: float,
+        publishing: RelayConnection | None = None,
+    ) -> None:
+        """Consume until stopped or the connection drops; retry a paused route with backoff.
+
+        Publishes go on ``publishing`` (``connection`` when not given).
+
+        The backoff is reset by progress (an ack), not by a channel that merely opened:
+        a route whose every publish fails must not reopen (and requeue) in a tight loop.
+        """
+        state = self.state
+        self._publishing: RelayConnection = publishing or connection
+        while not self._stop.is_set() and connection.is_open:
+            try:
+                opened = await self._open_unless_stopped(connection)
+                if opened is None:
+                    break
+            except (MissingEntityError, ChannelLostError) as e:
+                state.pause(str(e))
+            except Exception as e:
+                # Never let one route take the others down with it.
+                log.exception("route %s: unexpected error while starting", self.route.name)
+                state.pause(f"unexpected error while starting: {e!r}")
+            else:
+                consumer, lane = opened
+                since = self._clock.monotonic()
+                state.acked_since_open = False
+                reason = await self._consume_until_closed(consumer, connection)
+                held_s = consumer.oldest_unsettled_s()  # the broker's timer: the oldest
+                _learn_consumer_timeout(self._settler, self._log, reason, held_s=held_s)
+                if self._stop.is_set():
+                    await self._drain(consumer, lane, connection, grace_s=grace_s)
+                    break
+                if consumer.cancelled_by_broker:
+                    # No more deliveries, but the channel still acks: settle what it holds
+                    # first, or closing it would send that back to be redelivered. /readyz
+                    # says why meanwhile.
+                    state.channel_closed(reason)
+                    await state.settle_in_flight(grace_s)
+                if state.acked_since_open or self._clock.monotonic() - since > HEALTHY_CHANNEL_S:
+                    self._backoff.reset()  # it worked for a while: a fresh failure, not a loop
+                state.channel_closed(reason)
+                await _close_both(consumer, lane)
+            await sleep_unless(self._stop, self._backoff.next_delay())
+        state.stopped()
+        self._log.stopped()
+
+    async def _open_unless_stopped(
+        self, connection: RelayConnection
+    ) -> tuple[RouteConsumer, PublishLane] | None:
+        """Open the route's channels, or give up when a stop comes first.
+
+        A broker under an alarm may never answer the opening handshake; SIGTERM must not
+        wait for it.
+        """
+        opening = asyncio.create_task(self._open(connection), name=f"open:{self.route.name}")
+        stopping = asyncio.create_task(self._stop.wait(), name=f"stop:{self.route.name}")
+        try:
+            await asyncio.wait((opening, stopping), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+        if opening.done():
+            opened = opening.result()
+            if not self._stop.is_set():
+                return opened
+            await _close_both(*opened)
+            return None
+        opening.cancel()
+        await asyncio.wait((opening,))
+        if not opening.cancelled() and opening.exception() is None:
+            # Opened although cancelled (a cancellation lost in the library, or the open
+            # finishing as it came): it must not go on consuming with a replaced config.
+            await _close_both(*opening.result())
+        return None
+
+    async def _open(self, connection: RelayConnection) -> tuple[RouteConsumer, PublishLane]:
+        route = self.route
+        await connection.check_queue(route.queue)
+        await connection.check_exchange(route.exchange)
+        await connection.check_exchange(self._quarantine_exchange)
+        lane = PublishLane(self._publishing, stop=self._stop)
+        try:
+            await lane.open()
+            # Slow start: the first consumer's window is small, and grows (or shrinks) by
+            # re-consuming as content headers tell the bodies' sizes (RouteConsumer.follow).
+            channel: Consumer = await connection.channel(prefetch=self._window.start())
+        except BaseException:
+            await lane.close()
+            raise
+        consumer = RouteConsumer(
+            channel,
+            route=route.name,
+            queue=route.queue,
+            window=self._window,
+            state=self.state,
+            settle=self._settler.settle,
+            clock=self._clock,
+        )
+        self._settler.attach(self._publishing, lane)
+        # Up before the first delivery can arrive, so a delivery's pause is not undone.
+        self.state.consuming(queue=route.queue, exchange=route.exchange)
+        try:
+            await consumer.start()
+        except BaseException:
+            await _close_both(consumer, lane)
+            raise
+        return consumer, lane
+
+    async def _consume_until_closed(
+        self, consumer: RouteConsumer, connection: RelayConnection
+    ) -> str:
+        """Wait until the channel or connection closes, or a stop; return what happened.
+
+        Meanwhile the consumer's window follows the bodies seen; a change that fails ends
+        the channel too.
+        """
+        follow = asyncio.create_task(consumer.follow(connection), name=f"follow:{self.route.name}")
+        try:
+            which, first = await first_of(
+                consumer.wait_closed(), connection.wait_closed(), self._stop.wait(), follow
+            )
+        finally:
+            # A re-consume cut short puts its ack gate back as it ends: a drain must start
+            # after that, or the gate it holds for its own cancel would be let go under it.
+            follow.cancel()
+            await asyncio.wait((follow,))
+        if which in (0, 3):
+            return str(first.result())
+        return ("connection lost", "stopping")[which - 1]
+
+    async def _drain(
+        self,
+        consumer: RouteConsumer,
+        lane: PublishLane,
+        connection: RelayConnection,
+        *,
+        grace_s: float,
+    ) -> None:
+        """Stop deliveries, settle in-flight work within the grace period, close.
+
+        The cancel waits until nothing is on its way to the consumer, as a re-consume's
+        does (``RouteConsumer.cancel``). While the broker blocks the connection it reads
+        nothing, and the held deliveries are let go at once (they publish nothing while
+        blocked). A reload's cancel and close are sent all the same, each waiting only for
+        its bound: the broker reads them as it unblocks, and the route's successor is then
+        its only consumer. A process stop leaves them to the connection's close.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace_s
+        is_blocked = connection.blocked_reason is not None
+        if is_blocked and not self._replaced:
+            await self.state.settle_in_flight(grace_s)
+            return
+        # Blocked, the broker reads no ack: no credit, nothing more comes to fill the window.
+        await consumer.cancel(fill_s=0.0 if is_blocked else min(DRAIN_FILL_MAX_S, grace_s))
+        await self.state.settle_in_flight(deadline - loop.time())
+        await _close_both(consumer, lane)
+
+
+async def _close_both(consumer: RouteConsumer, lane: PublishLane) -> None:
+    # Together: each waits for its close-ok (bounded), which a blocked broker sends late.
+    await asyncio.gather(consumer.close(), lane.close())
+
+
+def _learn_consumer_timeout(
+    settler: Settler, route_log: RouteLog, reason: str, *, held_s: float | None
+) -> None:
+    """Hold deliveries within the broker's consumer_timeout once it took one back."""
+    limits = settler.limits
+    timeout_s = consumer_timeout_after(reason, held_s=held_s, limits=limits)
+    if timeout_s is not None:
+        settler.limits = dataclasses.replace(limits, consumer_timeout_s=timeout_s)
+        hold_s = min(limits.nack_max_s, timeout_s * QUARANTINE_SHARE)
+        route_log.took_back(held_s=held_s, timeout_s=timeout_s, hold_s=hold_s)

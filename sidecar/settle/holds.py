@@ -1,0 +1,168 @@
+"""What becomes of a delivery the broker refuses or holds up: pure decisions, no I/O.
+
+``sidecar.settle.settlement`` plans a delivery and reads the broker's answer to its publish;
+this module decides the rest, each a total function over closed sets:
+
+- ``after_refusal``: what a publish channel the broker closed means for the delivery
+  whose publish it took down: retry it ``Alone`` on a fresh channel to learn whether the
+  refusal was its own, ``Quarantine`` it (or ``DeadLetter`` it) with the broker's words,
+  or ``Hold`` it for a retry;
+- ``after_hold``: how long a held delivery may still wait, or that it must go to
+  quarantine (or be dead-lettered) before the broker's consumer_timeout takes it back;
+- ``consumer_timeout_after``: the consumer_timeout to hold by once the broker took one back;
+- ``blocked`` and ``slow_confirm``: what /readyz says while a delivery waits on the broker.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, assert_never
+
+from sidecar.settle.settlement import Alone, Copy, DeadLetter, Hold, Quarantine, bounded
+
+if TYPE_CHECKING:
+    from sidecar.settle.settlement import Plan
+
+__all__ = [
+    "ACCESS_REFUSED",
+    "PRECONDITION_FAILED",
+    "REPEATED_REFUSALS",
+    "HoldLimits",
+    "Wait",
+    "after_hold",
+    "after_refusal",
+    "blocked",
+    "consumer_timeout_after",
+    "slow_confirm",
+]
+
+ACCESS_REFUSED = 403
+PRECONDITION_FAILED = 406
+# Channel-closing refusals the broker gives again for the same publish, whatever the
+# retry: no write permission, an internal exchange (403); a message above
+# max_message_size, a user_id that is not the login (406).
+REPEATED_REFUSALS = frozenset({ACCESS_REFUSED, PRECONDITION_FAILED})
+# Shares of the broker's consumer_timeout: a held copy goes to quarantine at the first,
+# a quarantine copy nobody takes is dead-lettered at the second; the rest is margin for
+# the quarantine publish, the reject, and the broker's own timer.
+QUARANTINE_SHARE = 0.5
+DEAD_LETTER_SHARE = 0.75
+DEADLINE_SLACK_S = 0.001  # a wait that ends this close to its deadline has reached it
+# RabbitMQ's channel.close when its consumer_timeout takes a delivery back (rabbit_channel,
+# 3.10): "406 PRECONDITION_FAILED - delivery acknowledgement on channel 1 timed out. Timeout
+# value used: 5000 ms. This timeout value can be configured, see consumers doc guide ...".
+_TAKEN_BACK = re.compile(r"\b406\b.*delivery acknowledgement.*timed out", re.DOTALL)
+_TIMEOUT_USED = re.compile(r"Timeout value used: (\d+) ms")
+MIN_CONSUMER_TIMEOUT_S = 1.0  # the route map's least consumer_timeout_s
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Keep holding the delivery; try again after ``delay_s``."""
+
+    delay_s: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HoldLimits:
+    """The bounds on holding one delivery (the route map's broker section)."""
+
+    consumer_timeout_s: float
+    nack_max_attempts: int
+    nack_max_s: float
+
+
+def after_refusal(
+    code: int, text: str, plan: Plan, *, alone: bool, exchange: str
+) -> Quarantine | DeadLetter | Alone | Hold:
+    """Return what the broker closing the publish channel means for this delivery.
+
+    ``code`` and ``text`` are the broker's channel.close; ``alone`` says whether this
+    publish was the only one on its channel; ``exchange`` is where the plan published. A
+    refusal the broker repeats (403, 406) on a channel shared with other publishes may be
+    another one's: the delivery is tried again alone. Alone, it is its own: the copy goes
+    to quarantine with the broker's words, and a quarantine copy the broker refuses so is
+    dead-lettered. Any other code may pass: the publish is retried (held).
+    """
+    words = f'the broker refused a publish to exchange "{exchange}": {code} {text}'
+    if code not in REPEATED_REFUSALS:
+        return Hold(f"{words}; retrying on a new channel", may_duplicate=True)
+    if not alone:
+        return Alone(words)
+    match plan:
+        case Copy():
+            return Quarantine(words)
+        case Quarantine(reason=reason):
+            return DeadLetter(f"{bounded(reason)}; and the quarantine copy was refused: {words}")
+        case _:
+            assert_never(plan)
+
+
+def after_hold(
+    hold: Hold, plan: Plan, *, attempts: int, held_s: float, delay_s: float, limits: HoldLimits
+) -> Wait | Quarantine | DeadLetter:
+    """Return how long a held delivery may still wait, or where it must go now.
+
+    ``attempts`` publishes of the plan were held so far, the delivery arrived ``held_s``
+    ago, and the route's backoff would wait ``delay_s``. A copy the broker keeps refusing
+    goes to quarantine (reason: what the broker said, for how long) after
+    ``nack_max_attempts`` or ``nack_max_s``, and in any case at half the broker's
+    consumer_timeout; a quarantine copy nobody takes is dead-lettered at three quarters of
+    it. The wait never runs past the deadline.
+    """
+    timeout_s = limits.consumer_timeout_s
+    match plan:
+        case Copy():
+            deadline_s = min(limits.nack_max_s, timeout_s * QUARANTINE_SHARE)
+            if attempts >= limits.nack_max_attempts or held_s >= deadline_s - DEADLINE_SLACK_S:
+                return Quarantine(
+                    f"{bounded(hold.reason)} ({attempts} attempts over {held_s:.1f}s; given up"
+                    f" after {limits.nack_max_attempts} attempts or {deadline_s:g}s, before the"
+                    f" broker's consumer_timeout of {timeout_s:g}s)"
+                )
+        case Quarantine(reason=reason):
+            deadline_s = timeout_s * DEAD_LETTER_SHARE
+            if held_s >= deadline_s - DEADLINE_SLACK_S:
+                return DeadLetter(
+                    f"{bounded(reason)}; and for {held_s:.1f}s: {bounded(hold.reason)}"
+                    f" (dead-lettered before the broker's consumer_timeout of {timeout_s:g}s)"
+                )
+        case _:
+            assert_never(plan)
+    return Wait(max(0.0, min(delay_s, deadline_s - held_s)))
+
+
+def consumer_timeout_after(
+    reason: str, *, held_s: float | None, limits: HoldLimits
+) -> float | None:
+    """Return the consumer_timeout to hold deliveries by, once the broker took one back.
+
+    ``reason`` is why the route's consuming channel closed: None unless it is the broker's
+    406 for a delivery held past its consumer_timeout, or when nothing is lower than
+    ``limits`` already. ``held_s``: how long the route had held the oldest delivery on
+    that channel, the one the broker took back; the value the broker's text names, when
+    it names one, may be lower still (it checks only every ``channel_tick_interval``).
+    """
+    if _TAKEN_BACK.search(reason) is None:
+        return None
+    timeout_s = limits.consumer_timeout_s
+    if held_s is not None:
+        timeout_s = min(timeout_s, held_s)
+    if (used := _TIMEOUT_USED.search(reason)) is not None:
+        timeout_s = min(timeout_s, int(used.group(1)) / 1000)
+    timeout_s = max(timeout_s, MIN_CONSUMER_TIMEOUT_S)
+    return timeout_s if timeout_s < limits.consumer_timeout_s else None
+
+
+def blocked(reason: str) -> str:
+    """Return the /readyz reason for a delivery waiting while the broker blocks publishing."""
+    return f'the broker blocked the connection ("{reason}"); nothing is published until it unblocks'
+
+
+def slow_confirm(exchange: str, *, limit_s: float) -> str:
+    """Return the /readyz reason for a publish still waiting for its confirm."""
+    return (
+        f'no confirm from the broker within {limit_s:.0f}s for a publish to exchange "{exchange}"'
+        " (a memory or disk alarm?); still waiting, it will not be sent twice"
+    )

@@ -1,0 +1,392 @@
+"""What becomes of one delivery: the pure decisions of the relay, with no I/O.
+
+The relay (``sidecar.relay.worker``) carries these decisions out on the wire; this module makes
+them. Two questions, each a total function over closed sets:
+
+- ``plan_delivery``: what to publish for a delivery that just arrived, a ``Copy`` for the
+  target exchange or a ``Quarantine`` of the original;
+- ``after_publish``: what the broker's answer to that publish means, ``Done`` (ack it),
+  ``Quarantine`` (publish the original to quarantine instead) or ``Hold`` (keep the
+  delivery unacked and try the same publish again later).
+
+What a refused or held delivery becomes next (``after_refusal``, ``after_hold``) is
+decided in ``sidecar.settle.holds``.
+
+And the one shape of a quarantine copy (docs/architecture.md): the original's body and
+properties, its headers as received plus the reason and the staging queue (of an original whose
+content header was too large to read: its body, and the header's size in
+``acemq-original-header-bytes``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+from types import MappingProxyType
+from typing import TYPE_CHECKING, TypeAlias, assert_never
+
+from sidecar.contract import ERROR, ORIGIN, Policy, Reject, Relay, move_user_id, normalise
+from sidecar.wire import ByteArray, PublishOutcome
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+    from sidecar.contract import PropertyValue, Verdict
+    from sidecar.wire import Delivery, FieldValue, UnreadHeader
+
+__all__ = [
+    "ORIGINAL_ERROR",
+    "ORIGINAL_HEADERS",
+    "ORIGINAL_HEADER_BYTES",
+    "QUARANTINED_FROM",
+    "Alone",
+    "Copy",
+    "DeadLetter",
+    "Done",
+    "Hold",
+    "Outcome",
+    "Quarantine",
+    "Target",
+    "after_publish",
+    "bounded",
+    "log_origin",
+    "original_headers",
+    "plan_delivery",
+    "quarantine_copy",
+    "reason_kind",
+    "reason_only",
+    "same_table",
+]
+
+QUARANTINED_FROM = "acemq-quarantined-from"
+ORIGINAL_HEADERS = "acemq-original-headers"
+ORIGINAL_ERROR = "acemq-original-error"
+ORIGINAL_HEADER_BYTES = "acemq-original-header-bytes"
+REASON_MAX = 4096  # characters of a reason kept in x-acemq-error and in a log line
+SHORT_REASON_MAX = 300  # a reason and a note that fit the smallest frame the broker allows
+ORIGIN_LOG_MAX = 200  # characters of an origin in a log line
+
+
+class Outcome(StrEnum):
+    """What became of one consumed message; the values are the ``outcome`` metric label."""
+
+    RELAYED = "relayed"
+    QUARANTINED = "quarantined"
+    AUDITED = "audited"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Target:
+    """Where a route's copies go, and what the contract needs to know about the route."""
+
+    queue: str
+    exchange: str
+    routing_key: str | None  # None: keep the delivery's own routing key
+    audit: bool
+    policy: Policy
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Copy:
+    """Publish this copy to the target; on its confirm the delivery counts ``outcome``."""
+
+    properties: dict[str, PropertyValue]
+    headers: dict[str, FieldValue]
+    routing_key: str
+    outcome: Outcome
+    # The delivery's own content header when the copy changes nothing in it: sent as it
+    # came, byte for byte, instead of encoding the same properties and headers again.
+    content_header: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Quarantine:
+    """Publish the original to the quarantine exchange with this reason."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    """The broker took the copy: ack the delivery and count ``outcome``."""
+
+    outcome: Outcome
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """The broker will not take the copy for now: keep the delivery, retry the same publish.
+
+    The delivery stays unacked on its channel (no requeue, so a quorum queue's delivery
+    limit is not spent); ``reason`` is what /readyz and the log say meanwhile.
+    ``may_duplicate``: the broker may have routed the refused copy to some queues (a nack,
+    a channel lost before its confirm), so the retry may make a second copy there.
+    """
+
+    reason: str
+    may_duplicate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Alone:
+    """Publish the same plan again, alone on a fresh channel, to see whose refusal it was.
+
+    The broker closed a channel that carried other publishes too; only one of them may be
+    the one it refuses. ``may_duplicate`` as for ``Hold``.
+    """
+
+    reason: str
+    may_duplicate: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """Neither the target nor quarantine takes the delivery: reject it, requeue=false.
+
+    The broker dead-letters it to the staging queue's dead-letter exchange when the queue
+    has one (and drops it when it has none); the sidecar logs and counts it either way.
+    """
+
+    reason: str
+
+
+Plan: TypeAlias = Copy | Quarantine
+Decision: TypeAlias = Done | Quarantine | Hold | Alone | DeadLetter
+_DONE = MappingProxyType({outcome: Done(outcome) for outcome in Outcome})  # one per message
+
+
+def plan_delivery(
+    delivery: Delivery, target: Target, *, now_ms: int, new_id: Callable[[], str]
+) -> tuple[Plan, Verdict | None]:
+    """Decide, once per delivery, what to publish; return it with the contract's verdict.
+
+    The verdict (None for a table that could not be decoded) carries the violations the
+    caller counts and logs. In audit mode the original goes to the target unchanged
+    whatever the verdict says.
+    """
+    if delivery.unread_header is not None:
+        return Quarantine(unread_header(delivery.unread_header)), None
+    if delivery.undecodable is not None:
+        reason = f"header table cannot be decoded: {delivery.undecodable.error}"
+        return Quarantine(reason), None
+    verdict = normalise(
+        delivery.routing_key,
+        delivery.properties,
+        delivery.headers,
+        policy=target.policy,
+        now_ms=now_ms,
+        new_id=new_id,
+    )
+    match verdict:
+        case Reject() if not target.audit:
+            return Quarantine(verdict.reason), verdict
+        case Relay() if not target.audit:
+            properties, headers = dict(verdict.properties), dict(verdict.headers)
+            outcome = Outcome.RELAYED
+        case _:
+            headers = dict(delivery.headers)
+            properties = publishable_properties(
+                delivery.properties, headers, login=target.policy.login
+            )
+            outcome = Outcome.AUDITED
+    routing_key = delivery.routing_key if target.routing_key is None else target.routing_key
+    if target.exchange == "" and routing_key == target.queue:
+        loop = (
+            f'the copy would go back into staging queue "{target.queue}" (default exchange,'
+            f' routing key "{routing_key}"); set to.routing_key to its target queue'
+        )
+        return Quarantine(loop), verdict
+    unchanged = properties == delivery.properties and same_table(headers, delivery.headers)
+    copy = Copy(
+        properties=properties,
+        headers=headers,
+        routing_key=routing_key,
+        outcome=outcome,
+        content_header=delivery.content_header if unchanged else None,
+    )
+    return copy, verdict
+
+
+def after_publish(
+    published: PublishOutcome, plan: Plan, *, exchange: str, quarantine_exchange: str, route: str
+) -> Decision:
+    """Return what the broker's answer to the plan's publish means for the delivery."""
+    match plan:
+        case Copy():
+            return _after_copy(published, plan, exchange=exchange)
+        case Quarantine():
+            return _after_quarantine(published, exchange=quarantine_exchange, route=route)
+        case _:
+            assert_never(plan)
+
+
+def _after_copy(published: PublishOutcome, copy: Copy, *, exchange: str) -> Decision:
+    match published:
+        case PublishOutcome.CONFIRMED:
+            return _DONE[copy.outcome]
+        case PublishOutcome.RETURNED:
+            return Quarantine(
+                f'unroutable: exchange "{exchange}" has no binding for routing key'
+                f' "{copy.routing_key}"'
+            )
+        case PublishOutcome.NACKED:
+            return Hold(
+                f'the broker refused (nacked) a publish to exchange "{exchange}"; is a target'
+                " queue full with overflow reject-publish?",
+                may_duplicate=True,
+            )
+        case _:
+            assert_never(published)
+
+
+def _after_quarantine(published: PublishOutcome, *, exchange: str, route: str) -> Decision:
+    if published is PublishOutcome.CONFIRMED:
+        return _DONE[Outcome.QUARANTINED]
+    return Hold(
+        f'quarantine exchange "{exchange}" {published.value} the copy (routing key "{route}");'
+        " bind a queue to it. The message is held meanwhile (until broker.consumer_timeout_s"
+        " x 0.75, then dead-lettered)",
+        may_duplicate=published is PublishOutcome.NACKED,
+    )
+
+
+def unread_header(unread: UnreadHeader) -> str:
+    """Return the reason a delivery whose content header was too large to read is quarantined."""
+    return (
+        f"content header too large to read: {unread.size} bytes, over the limit of"
+        f" {unread.limit}; its properties and headers could not be read, only the body is kept"
+    )
+
+
+def unwritable_quarantine(reason: str, error: Exception | str) -> DeadLetter:
+    """Return the decision for a quarantine copy that cannot be written as AMQP at all.
+
+    Not even without its headers: there is nowhere left to send it, and a redelivery
+    would meet the same copy again.
+    """
+    return DeadLetter(f"{bounded(reason)}; and the quarantine copy cannot be written: {error}")
+
+
+def unencodable(error: Exception | str) -> Quarantine:
+    """Return the decision for a normalised copy that cannot be written as AMQP."""
+    return Quarantine(f"the normalised message cannot be encoded: {error}")
+
+
+def internal_error(error: Exception) -> Quarantine:
+    """Return the decision for a bug met while planning or publishing one delivery.
+
+    Quarantine, not requeue: a requeued message would meet the same bug again, for ever.
+    """
+    return Quarantine(f"internal error: {error!r}")
+
+
+# --- the quarantine copy -------------------------------------------------------------------
+
+
+def publishable_properties(
+    properties: Mapping[str, PropertyValue], headers: dict[str, FieldValue], *, login: str | None
+) -> dict[str, PropertyValue]:
+    """Return properties the broker will accept from our login (docs/contract.md section 2).
+
+    An original republished as it was (audit mode, quarantine) loses a foreign user_id
+    to ``acemq-original-user-id`` just as a normalised copy does.
+    """
+    result = dict(properties)
+    move_user_id(result, headers, login=login)
+    return result
+
+
+def quarantine_copy(
+    delivery: Delivery, *, reason: str, queue: str, login: str | None
+) -> tuple[dict[str, PropertyValue], dict[str, FieldValue]]:
+    """Return the properties and headers of a delivery's quarantine copy.
+
+    The headers are as received plus the reason and the staging queue; an envelope error
+    already there moves to ``acemq-original-error``; a table the codec could not read
+    travels whole, as a byte array, in ``acemq-original-headers``; of a content header too
+    large to read, only its size is known, in ``acemq-original-header-bytes``.
+    """
+    headers: dict[str, FieldValue] = dict(delivery.headers)
+    if delivery.undecodable is not None:
+        headers[ORIGINAL_HEADERS] = ByteArray(delivery.undecodable.raw)
+    if delivery.unread_header is not None:
+        headers[ORIGINAL_HEADER_BYTES] = delivery.unread_header.size
+    if ERROR in headers:  # the envelope's own error is kept, not overwritten
+        headers[ORIGINAL_ERROR] = headers[ERROR]
+    headers[ERROR] = bounded(reason)
+    headers[QUARANTINED_FROM] = queue
+    return publishable_properties(delivery.properties, headers, login=login), headers
+
+
+def original_headers(headers: Mapping[str, FieldValue]) -> dict[str, FieldValue] | None:
+    """Return the headers a quarantine copy's original had: ``quarantine_copy`` undone.
+
+    The reason and the staging queue are removed and an envelope error the reason
+    displaced is put back. None when the original's table could not be decoded (it
+    travels as raw bytes in ``acemq-original-headers``): there is no table to restore.
+    """
+    if ORIGINAL_HEADERS in headers:
+        return None
+    original: dict[str, FieldValue] = {}
+    for name, value in headers.items():
+        if name == ERROR:
+            if ORIGINAL_ERROR in headers:  # back in the place it had, with its own value
+                original[ERROR] = headers[ORIGINAL_ERROR]
+        elif name not in (QUARANTINED_FROM, ORIGINAL_ERROR):
+            original[name] = value
+    return original
+
+
+def reason_only(reason: str, error: Exception, queue: str, *, short: bool) -> dict[str, FieldValue]:
+    """Return the headers of a quarantine copy whose original headers could not be written.
+
+    The body, the properties and the reason still go to quarantine, with a note saying why
+    the headers are missing; ``short`` bounds both to fit the smallest frame a broker allows.
+    """
+    note = f" (the original headers could not be written: {error})"
+    if short:
+        text = f"{bounded(reason, SHORT_REASON_MAX)}{bounded(note, SHORT_REASON_MAX)}"
+    else:
+        text = f"{bounded(reason)}{note}"
+    return {ERROR: text, QUARANTINED_FROM: queue}
+
+
+def bounded(text: str, limit: int = REASON_MAX) -> str:
+    """Return ``text`` cut to ``limit`` characters, saying how much was cut.
+
+    A reason can list thousands of header names, and an origin can be 64 KiB: in a header
+    they could outgrow the broker's frame, in a log line they would flood the log.
+    """
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit:,} more characters)"
+
+
+def reason_kind(reason: str) -> str:
+    """Return the fixed start of a quarantine reason: what the sidecar wrote, not the data.
+
+    Reasons quote names and values from the message after a colon or a double quote.
+    """
+    return re.split(r'[:"]', reason, maxsplit=1)[0][:80]
+
+
+def log_origin(verdict: Verdict | None, delivery: Delivery) -> object:
+    """Return the origin for a log line: the normalised one, else the one it arrived with."""
+    headers = verdict.headers if isinstance(verdict, Relay) else delivery.headers
+    origin = headers.get(ORIGIN)
+    if not isinstance(origin, str):
+        origin = delivery.properties.get("app_id")
+    return bounded(origin, ORIGIN_LOG_MAX) if isinstance(origin, str) else origin
+
+
+def same_table(ours: Mapping[str, FieldValue], theirs: Mapping[str, FieldValue]) -> bool:
+    """Return whether two tables would encode to the same bytes.
+
+    Same names in the same order, each value the very same object or a text or integer of
+    the same class and value (so a change of integer width is a change).
+    """
+    return len(ours) == len(theirs) and all(
+        a == b and (x is y or (type(x) is type(y) and isinstance(x, str | int) and x == y))
+        for (a, x), (b, y) in zip(ours.items(), theirs.items(), strict=True)
+    )

@@ -1,0 +1,416 @@
+"""One delivery's settlement as a pure step: broker answers in, actions out.
+
+``begin`` plans a delivery that just arrived; ``after`` reads the broker's answer to the
+plan's last publish. Each returns a ``Step``: the ``Action`` the settler carries out next,
+the delivery's new ``Attempt`` and what was observed on the way (``Event``), which the
+settler's one sink hands to metrics, the route log and the route's state. What each answer
+means is ``sidecar.settle.settlement``'s and ``sidecar.settle.holds``'s; this module strings
+them into the sequence one delivery goes through, and decides a broker's block.
+
+It must stay pure: no I/O, no clock, no randomness, no logging, no metrics. The time a
+delivery has been held and the backoff's next delay come in as numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import TYPE_CHECKING, ClassVar, Final, NamedTuple, TypeAlias, assert_never
+
+from sidecar.settle import holds as settlement_holds
+from sidecar.settle.holds import after_hold, after_refusal, blocked
+from sidecar.settle.settlement import (
+    Alone,
+    DeadLetter,
+    Done,
+    Hold,
+    Outcome,
+    Quarantine,
+    after_publish,
+    internal_error,
+    plan_delivery,
+    unencodable,
+    unwritable_quarantine,
+)
+from sidecar.wire import PublishOutcome
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+    from sidecar.contract import Verdict
+    from sidecar.settle.holds import HoldLimits
+    from sidecar.settle.settlement import Decision, Plan, Target
+    from sidecar.wire import Delivery
+
+__all__ = [
+    "BUG_REASON",
+    "LOST_CHANNEL",
+    "PUBLISHED",
+    "Ack",
+    "Action",
+    "Answer",
+    "Attempt",
+    "Blocked",
+    "Bug",
+    "Confirmed",
+    "DeadLetter",
+    "Event",
+    "Failed",
+    "GiveBack",
+    "Held",
+    "Left",
+    "LetGo",
+    "Lost",
+    "Nacked",
+    "Publish",
+    "Quarantined",
+    "Refused",
+    "RetriedCopy",
+    "Returned",
+    "Step",
+    "Unwritable",
+    "Violations",
+    "Wait",
+    "WaitUnblocked",
+    "after",
+    "begin",
+]
+
+LOST_CHANNEL = "the publish channel closed; retrying on a new one"
+BUG_REASON = "internal error; see the log"  # what the route says after a bug gave a delivery back
+
+
+# --- the answers a publish gets ------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Confirmed:
+    """The broker confirmed the publish."""
+
+    published: ClassVar[PublishOutcome] = PublishOutcome.CONFIRMED
+
+
+@dataclass(frozen=True, slots=True)
+class Returned:
+    """The broker returned the publish: nothing it is bound to takes its routing key."""
+
+    published: ClassVar[PublishOutcome] = PublishOutcome.RETURNED
+
+
+@dataclass(frozen=True, slots=True)
+class Nacked:
+    """The broker nacked the publish (a target queue full with reject-publish, ...)."""
+
+    published: ClassVar[PublishOutcome] = PublishOutcome.NACKED
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """The broker closed the publish channel with ``code`` and ``text``."""
+
+    code: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Lost:
+    """The publish channel was lost; ``gone``: by a stop or with its connection."""
+
+    gone: bool
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Unwritable:
+    """The copy cannot be written as AMQP (``error`` says why)."""
+
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """An unexpected exception while publishing: a bug, kept whole for the log."""
+
+    error: Exception
+
+
+@dataclass(frozen=True, slots=True)
+class Blocked:
+    """The broker blocks the connection (``connection.blocked``): nothing was published."""
+
+    reason: str
+
+
+Answer: TypeAlias = Confirmed | Returned | Nacked | Refused | Lost | Unwritable | Failed | Blocked
+PUBLISHED: Final[Mapping[PublishOutcome, Confirmed | Returned | Nacked]] = MappingProxyType(
+    {
+        PublishOutcome.CONFIRMED: Confirmed(),
+        PublishOutcome.RETURNED: Returned(),
+        PublishOutcome.NACKED: Nacked(),
+    }
+)
+
+
+# --- the actions the settler carries out ---------------------------------------------------
+
+
+class Publish(NamedTuple):
+    """Publish ``plan`` once; ``alone``: on a channel of its own, not the shared one."""
+
+    plan: Plan
+    alone: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Keep holding the delivery for ``delay_s``, then take ``then`` (the same publish).
+
+    A stop, or the broker closing the channel the delivery came on, during the wait lets
+    the delivery go instead: the broker redelivers it.
+    """
+
+    delay_s: float
+    then: Step
+
+
+@dataclass(frozen=True, slots=True)
+class WaitUnblocked:
+    """Publish nothing until the broker unblocks the connection, then take ``then``.
+
+    A stop first lets the delivery go: a copy written while blocked would sit in the socket
+    and might reach the broker after the delivery was given back.
+    """
+
+    then: Step
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """The broker confirmed the plan's copy: ack the delivery and count ``outcome``."""
+
+    outcome: Outcome
+
+
+@dataclass(frozen=True, slots=True)
+class GiveBack:
+    """Close the channel the delivery came on, so that the broker redelivers it.
+
+    The route pauses with ``reason`` meanwhile. For a bug on the quarantine path: the
+    delivery has nowhere left to go in this process, and must not spin.
+    """
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class LetGo:
+    """Leave the delivery unacked to the broker: a stop, or its channel is gone."""
+
+
+Action: TypeAlias = Publish | Wait | WaitUnblocked | Ack | DeadLetter | GiveBack | LetGo
+
+
+# --- what the step saw, for the settler's sink ---------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Violations:
+    """The contract found violations in the delivery: counted and logged."""
+
+    verdict: Verdict
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """The delivery is held for ``reason``: the route pauses and says it."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class RetriedCopy:
+    """A copy goes out again that the broker may already have routed somewhere."""
+
+
+@dataclass(frozen=True, slots=True)
+class Quarantined:
+    """The delivery's quarantine copy was confirmed, for ``reason``."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Bug:
+    """An unexpected exception ``while_`` doing something: logged with its traceback."""
+
+    while_: str
+    error: Exception
+
+
+@dataclass(frozen=True, slots=True)
+class Left:
+    """The delivery was left to the broker (``reason``: the error that took its channel)."""
+
+    reason: str
+
+
+Event: TypeAlias = Violations | Held | RetriedCopy | Quarantined | Bug | Left
+
+
+# --- the state and the step ----------------------------------------------------------------
+
+
+# Publish, Attempt and Step are made for every delivery: NamedTuples, immutable as frozen
+# dataclasses are and made in half the time (docs/decisions/0060-settle-step.md).
+
+
+class Attempt(NamedTuple):
+    """Where one delivery stands: its plan, on which channel, how often the plan was held."""
+
+    plan: Plan
+    alone: bool = False  # publish on a channel of its own (once a refusal was ambiguous)
+    holds: int = 0  # publishes of this plan the broker held back
+
+
+class Step(NamedTuple):
+    """What to do next, the state to come back with, and what was seen on the way."""
+
+    action: Action
+    attempt: Attempt
+    events: tuple[Event, ...] = ()
+
+
+_ACKS: Final = MappingProxyType({outcome: Ack(outcome) for outcome in Outcome})
+_LET_GO: Final = LetGo()
+_RETRIED: Final = (RetriedCopy(),)
+
+
+def begin(delivery: Delivery, target: Target, *, now_ms: int, new_id: Callable[[], str]) -> Step:
+    """Plan a delivery that just arrived: the first step, a ``Publish``.
+
+    A bug in planning quarantines the delivery: a redelivery would meet the same bug.
+    """
+    try:
+        plan, verdict = plan_delivery(delivery, target, now_ms=now_ms, new_id=new_id)
+    except Exception as e:  # noqa: BLE001 - a bug quarantines the message; Bug carries it to the log
+        quarantine = internal_error(e)
+        return Step(
+            Publish(quarantine, alone=False),
+            Attempt(plan=quarantine),
+            (Bug("unexpected error while normalising", e),),
+        )
+    events: tuple[Event, ...] = ()
+    if verdict is not None and verdict.violations:
+        events = (Violations(verdict),)
+    return Step(Publish(plan, alone=False), Attempt(plan=plan), events)
+
+
+def after(
+    attempt: Attempt,
+    answer: Answer,
+    *,
+    held_s: float,
+    delay_s: float,
+    limits: HoldLimits,
+    exchange: str,
+    quarantine_exchange: str,
+    route: str,
+) -> Step:
+    """Read the broker's ``answer`` to the publish of ``attempt``'s plan into the next step.
+
+    ``held_s``: since the delivery arrived; ``delay_s``: the backoff's next delay, used
+    when the answer holds the delivery; ``exchange``, ``quarantine_exchange`` and
+    ``route`` name where the copies went, for the reasons.
+    """
+    plan = attempt.plan
+    decision: Decision
+    match answer:
+        case Confirmed() | Returned() | Nacked():
+            decision = after_publish(
+                answer.published,
+                plan,
+                exchange=exchange,
+                quarantine_exchange=quarantine_exchange,
+                route=route,
+            )
+        case Refused(code=code, text=text):
+            where = quarantine_exchange if isinstance(plan, Quarantine) else exchange
+            decision = after_refusal(code, text, plan, alone=attempt.alone, exchange=where)
+        case Lost(gone=True, error=error):
+            return Step(_LET_GO, attempt, (Left(error),))
+        case Lost():
+            # The shared channel was closed by another publish's refusal before or while
+            # this one went out: it may have been routed, or not.
+            decision = Hold(LOST_CHANNEL, may_duplicate=True)
+        case Unwritable(error=error):
+            if isinstance(plan, Quarantine):
+                decision = unwritable_quarantine(plan.reason, error)
+            else:
+                decision = unencodable(error)
+        case Failed(error=error):
+            if isinstance(plan, Quarantine):
+                bug = Bug("a delivery could not be settled", error)
+                return Step(GiveBack(BUG_REASON), attempt, (bug,))
+            return _to_quarantine(
+                attempt, internal_error(error), (Bug("unexpected error while publishing", error),)
+            )
+        case Blocked(reason=reason):
+            again = Step(Publish(plan, alone=attempt.alone), attempt)
+            return Step(WaitUnblocked(again), attempt, (Held(blocked(reason)),))
+        case _:
+            assert_never(answer)
+    return _decided(decision, attempt, held_s=held_s, delay_s=delay_s, limits=limits)
+
+
+def _decided(
+    decision: Decision, attempt: Attempt, *, held_s: float, delay_s: float, limits: HoldLimits
+) -> Step:
+    """Turn what settlement decided about the answer into the next step."""
+    match decision:
+        case Done(outcome=outcome):
+            plan = attempt.plan
+            events: tuple[Event, ...] = ()
+            if isinstance(plan, Quarantine):
+                events = (Quarantined(plan.reason),)
+            return Step(_ACKS[outcome], attempt, events)
+        case Quarantine():
+            return _to_quarantine(attempt, decision, ())
+        case Alone(may_duplicate=may_duplicate):
+            alone = Attempt(plan=attempt.plan, alone=True, holds=attempt.holds)
+            return Step(Publish(alone.plan, alone=True), alone, _RETRIED if may_duplicate else ())
+        case Hold():
+            return _hold(decision, attempt, held_s=held_s, delay_s=delay_s, limits=limits)
+        case DeadLetter():
+            return Step(decision, attempt)
+        case _:
+            assert_never(decision)
+
+
+def _hold(
+    hold: Hold, attempt: Attempt, *, held_s: float, delay_s: float, limits: HoldLimits
+) -> Step:
+    """Hold the delivery: wait and publish the same plan again, or say where it goes now."""
+    plan = attempt.plan
+    held = Attempt(plan=plan, alone=attempt.alone, holds=attempt.holds + 1)
+    events: tuple[Event, ...] = (Held(hold.reason),)
+    then = after_hold(
+        hold, plan, attempts=held.holds, held_s=held_s, delay_s=delay_s, limits=limits
+    )
+    match then:
+        case settlement_holds.Wait(delay_s=wait_s):
+            again = Step(
+                Publish(plan, alone=held.alone), held, _RETRIED if hold.may_duplicate else ()
+            )
+            return Step(Wait(wait_s, again), held, events)
+        case Quarantine():
+            return _to_quarantine(held, then, events)
+        case DeadLetter():
+            return Step(then, held, events)
+        case _:
+            assert_never(then)
+
+
+def _to_quarantine(attempt: Attempt, quarantine: Quarantine, events: tuple[Event, ...]) -> Step:
+    """Publish the original to quarantine instead, counted afresh, on the same kind of channel."""
+    moved = Attempt(plan=quarantine, alone=attempt.alone)
+    return Step(Publish(quarantine, alone=moved.alone), moved, events)

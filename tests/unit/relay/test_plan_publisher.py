@@ -1,0 +1,299 @@
+"""Publishing one plan and reading the answer, without a broker: the branches a loop hides.
+
+The plan publisher and the settler's reading of its result (``publish_answer``) are driven
+directly with a scripted publish channel, so the cases the settle loop rarely reaches (a
+shared channel lost under the publish, the last fallback of a quarantine copy, a reject on
+a channel already gone) each get a test of their own; what the settle step makes of the
+answer is checked beside it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, cast
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from sidecar.amqp import AckChannel, ChannelLostError, Consumer, RelayConnection
+from sidecar.clock import Clock
+from sidecar.errors import WireError
+from sidecar.observe.metrics import Metrics
+from sidecar.observe.route_log import RouteLog
+from sidecar.relay.context import RouteContext
+from sidecar.relay.lane import PublishLane
+from sidecar.relay.publisher import PlanPublisher
+from sidecar.relay.settler import publish_answer
+from sidecar.relay.state import HeldDelivery, RouteState
+from sidecar.routemap import Mode, Publishers, Route
+from sidecar.settle.holds import HoldLimits
+from sidecar.settle.settlement import DeadLetter, Plan, Quarantine, reason_only
+from sidecar.settle.step import (
+    LOST_CHANNEL,
+    Answer,
+    Attempt,
+    Bug,
+    Failed,
+    GiveBack,
+    Held,
+    Lost,
+    Publish,
+    RetriedCopy,
+    Step,
+    Unwritable,
+    Wait,
+    after,
+)
+from sidecar.wire import Delivery, PublishOutcome
+from tests.unit.fake_publish import Answer as Scripted
+from tests.unit.fake_publish import Publish as Published
+from tests.unit.fake_publish import PublishRecorder
+
+QUARANTINE = "acemq.quarantine"
+
+
+@dataclass
+class ScriptedChannel(PublishRecorder):
+    """A publish channel that gives the scripted answers in turn and records the headers."""
+
+    answers: list[Scripted]
+    headers: list[dict[str, Any]] = field(default_factory=list)
+    exchanges: list[str] = field(default_factory=list)
+    is_open: bool = True
+
+    async def answer(self, publish: Published) -> Scripted:
+        """Record the publish and give the next answer."""
+        self.exchanges.append(publish.exchange)
+        self.headers.append(publish.headers)
+        return self.answers.pop(0)
+
+    async def close(self) -> None:
+        """Close the channel."""
+        self.is_open = False
+
+
+@dataclass
+class OneChannel:
+    """A connection whose every channel is the one scripted channel."""
+
+    channel_: ScriptedChannel
+    is_open: bool = True
+    blocked_reason: str | None = None  # never blocked: the publish gate probes, is answered
+
+    async def channel(self, *, prefetch: int) -> ScriptedChannel:
+        """The scripted channel, whatever the prefetch."""
+        del prefetch
+        return self.channel_
+
+
+@dataclass
+class Rejecting:
+    """The channel a delivery came on, as the dead-letter path uses it."""
+
+    is_open: bool = True
+    rejected: list[tuple[int, bool]] = field(default_factory=list)
+
+    async def reject(self, delivery_tag: int, *, requeue: bool) -> bool:
+        """Record the reject while open; False once the channel is gone."""
+        if not self.is_open:
+            return False
+        self.rejected.append((delivery_tag, requeue))
+        return True
+
+
+@dataclass
+class Rig:
+    """A plan publisher for route orders, its lane, its state and its metrics."""
+
+    publisher: PlanPublisher
+    channel: ScriptedChannel
+    connection: OneChannel
+    lane: PublishLane
+    held: HeldDelivery
+    state: RouteState
+    registry: CollectorRegistry
+    stop: asyncio.Event
+
+    async def answer(self, plan: Plan, *, alone: bool = False) -> Answer:
+        """Publish ``plan`` once for the delivery below; the settler's reading of the result."""
+        return await publish_answer(
+            self.publisher,
+            self.lane,
+            delivery(),
+            Publish(plan, alone=alone),
+            self.held,
+            consumer=cast("AckChannel", OpenConsumer()),
+            stop=self.stop,
+            connection=cast("RelayConnection", self.connection),
+        )
+
+
+class OpenConsumer:
+    """The channel a delivery came on, still open."""
+
+    is_open = True
+
+
+LIMITS = HoldLimits(consumer_timeout_s=1800.0, nack_max_attempts=10, nack_max_s=300.0)
+
+
+def step_after(plan: Plan, answer: Answer) -> Step:
+    """What the settle step makes of ``answer`` to a first publish of ``plan``."""
+    return after(
+        Attempt(plan=plan),
+        answer,
+        held_s=0.0,
+        delay_s=1.0,
+        limits=LIMITS,
+        exchange="orders",
+        quarantine_exchange=QUARANTINE,
+        route="orders",
+    )
+
+
+def make_rig(answers: list[Scripted]) -> Rig:
+    route = Route(
+        name="orders",
+        queue="staging.orders",
+        exchange="orders",
+        routing_key=None,
+        publishers=Publishers.ACEMQ,
+        origin=None,
+        mode=Mode.ENFORCE,
+        prefetch=8,
+    )
+    registry = CollectorRegistry()
+    metrics = Metrics(registry, version="test", contract="1.1")
+    metrics.add_route("orders")
+    clock = Clock(now_ms=lambda: 1_790_000_000_000, monotonic=lambda: 0.0)
+    state = RouteState("orders", metrics=metrics, log=RouteLog("orders"), clock=clock)
+    state.consuming(queue=route.queue, exchange=route.exchange)
+    context = RouteContext(
+        route=route,
+        quarantine_exchange=QUARANTINE,
+        login="sidecar",
+        metrics=metrics,
+        clock=clock,
+        new_id=lambda: "00000000-0000-4000-8000-000000000000",
+        rng=random.Random(1),
+    )
+    stop = asyncio.Event()
+    channel = ScriptedChannel(answers)
+    connection = OneChannel(channel)
+    lane = PublishLane(cast("RelayConnection", connection), stop=stop)
+    return Rig(
+        publisher=PlanPublisher(context),
+        channel=channel,
+        connection=connection,
+        lane=lane,
+        held=HeldDelivery(state),
+        state=state,
+        registry=registry,
+        stop=stop,
+    )
+
+
+def delivery() -> Delivery:
+    return Delivery(
+        delivery_tag=7,
+        exchange="",
+        routing_key="order.placed",
+        redelivered=False,
+        properties=MappingProxyType({"message_id": "m-1"}),
+        headers=MappingProxyType({"x-acemq-tenant": "acme"}),
+        body=b"body",
+    )
+
+
+async def test_a_shared_channel_lost_under_the_publish_is_a_hold_that_may_duplicate() -> None:
+    """Another publish's refusal closed it: this copy may have been routed, or not."""
+    rig = make_rig([ChannelLostError("channel 2 closed")])
+    plan = Quarantine("a reason")
+    answer = await rig.answer(plan)
+    assert answer == Lost(gone=False, error="channel 2 closed")
+    step = step_after(plan, answer)
+    assert step.events == (Held(LOST_CHANNEL),)
+    assert isinstance(step.action, Wait)
+    assert step.action.then.action == Publish(plan, alone=False)
+    assert step.action.then.events == (RetriedCopy(),)
+
+
+@pytest.mark.parametrize("why", ["stopping", "connection lost"])
+async def test_a_lost_channel_is_gone_when_stopping_or_disconnected(why: str) -> None:
+    """Nothing left to publish on: the delivery is left to the broker, not held."""
+    rig = make_rig([ChannelLostError("channel 2 closed")])
+    if why == "stopping":
+        rig.stop.set()
+    else:
+        rig.connection.is_open = False
+    assert await rig.answer(Quarantine("a reason")) == Lost(gone=True, error="channel 2 closed")
+
+
+async def test_a_quarantine_copy_too_big_even_for_the_reason_goes_with_a_short_one() -> None:
+    """At the broker's smallest frame size the body still goes to quarantine, not nowhere."""
+    too_big = WireError("the headers outgrow the frame")
+    rig = make_rig([too_big, WireError("still too big"), PublishOutcome.CONFIRMED])
+    published = await rig.publisher.publish(
+        rig.lane, delivery(), Quarantine("x" * 10_000), rig.held, alone=False
+    )
+    assert published is PublishOutcome.CONFIRMED
+    assert rig.channel.exchanges == [QUARANTINE] * 3
+    assert rig.channel.headers[2] == reason_only(
+        "x" * 10_000, too_big, "staging.orders", short=True
+    )
+    assert len(str(rig.channel.headers[2])) < len(str(rig.channel.headers[1]))
+
+
+async def test_a_quarantine_copy_that_cannot_be_written_at_all_is_dead_lettered() -> None:
+    """Nowhere left to send it, and a redelivery would meet the same copy: reject it."""
+    rig = make_rig([WireError("no"), WireError("no"), WireError("no")])
+    plan = Quarantine("a reason")
+    answer = await rig.answer(plan)
+    assert answer == Unwritable("no")
+    assert step_after(plan, answer).action == DeadLetter(
+        "a reason; and the quarantine copy cannot be written: no"
+    )
+
+
+async def test_a_bug_on_the_quarantine_path_gives_the_delivery_back() -> None:
+    """Not a copy that cannot be written: the route pauses, the broker redelivers it."""
+    boom = RuntimeError("boom")
+    rig = make_rig([boom])
+    plan = Quarantine("a reason")
+    answer = await rig.answer(plan)
+    assert answer == Failed(boom)
+    step = step_after(plan, answer)
+    assert step.action == GiveBack("internal error; see the log")
+    assert step.events == (Bug("a delivery could not be settled", boom),)
+
+
+async def test_a_dead_letter_is_counted_and_logged_with_its_reason(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Never silent: an operator sees why a message left through the dead-letter exchange."""
+    rig = make_rig([])
+    consumer = Rejecting()
+    with caplog.at_level(logging.ERROR, logger="sidecar.relay"):
+        await rig.publisher.dead_letter(cast("Consumer", consumer), delivery(), "held too long")
+    assert consumer.rejected == [(7, False)]
+    sample = {"route": "orders"}
+    assert rig.registry.get_sample_value("acemq_sidecar_dead_lettered_total", sample) == 1
+    assert "dead-letter exchange of queue staging.orders" in caplog.text
+    assert "held too long" in caplog.text
+
+
+async def test_a_dead_letter_on_a_channel_already_gone_is_neither_counted_nor_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The broker took the delivery back with its channel: it is redelivered, not dropped."""
+    rig = make_rig([])
+    consumer = Rejecting(is_open=False)
+    with caplog.at_level(logging.ERROR, logger="sidecar.relay"):
+        await rig.publisher.dead_letter(cast("Consumer", consumer), delivery(), "held too long")
+    sample = {"route": "orders"}
+    assert rig.registry.get_sample_value("acemq_sidecar_dead_lettered_total", sample) == 0
+    assert caplog.text == ""

@@ -1,0 +1,53 @@
+"""The route map's broker limits: consumer_timeout_s, nack_retry, max_in_flight_bytes."""
+
+from __future__ import annotations
+
+import pytest
+
+from sidecar.errors import ConfigError
+from sidecar.routemap import RouteLimits, parse_route_map
+
+ROUTES = "routes:\n  - {name: orders, from: staging.orders, to: {exchange: orders}}\n"
+
+
+def parse(broker: str) -> RouteLimits:
+    text = f"broker:\n  url: amqp://127.0.0.1/\n{broker}{ROUTES}"
+    return parse_route_map(text, source="routes.yaml", env={}).routes[0].limits
+
+
+def test_the_defaults_are_rabbitmqs_timeout_and_the_charts_memory() -> None:
+    assert parse("") == RouteLimits(
+        consumer_timeout_s=1800.0,
+        nack_max_attempts=10,
+        nack_max_s=300.0,
+        max_in_flight_bytes=64 * 2**20,
+    )
+
+
+def test_every_route_takes_the_brokers_limits() -> None:
+    limits = parse(
+        "  consumer_timeout_s: 5\n"
+        "  nack_retry: {max_attempts: 3, max_s: 60}\n"
+        "  max_in_flight_bytes: 1048576\n"
+    )
+    assert limits == RouteLimits(
+        consumer_timeout_s=5.0, nack_max_attempts=3, nack_max_s=60.0, max_in_flight_bytes=2**20
+    )
+
+
+@pytest.mark.parametrize(
+    ("broker", "expected"),
+    [
+        (
+            "  nack_retry: {max_attempts: 0}\n",
+            "routes.yaml:3: broker.nack_retry.max_attempts:",
+        ),
+        ("  nack_retry: {tries: 3}\n", "routes.yaml:3: broker.nack_retry.tries:"),
+        ("  consumer_timeout_s: true\n", "routes.yaml:3: broker.consumer_timeout_s:"),
+        ("  max_in_flight_bytes: 1000\n", "routes.yaml:3: broker.max_in_flight_bytes:"),
+    ],
+)
+def test_a_bad_limit_is_refused_with_file_and_line(broker: str, expected: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse(broker)
+    assert str(caught.value).startswith(expected), str(caught.value)
