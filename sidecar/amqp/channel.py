@@ -110,16 +110,11 @@ class Channel(ChannelLife):
     async def cancel(self, consumer_tag: str, *, on_sent: Callable[[], None] | None = None) -> bool:
         """Stop deliveries to a consumer; True once none can arrive, False after a bound.
 
-        The broker's cancel-ok comes after the consumer's last delivery, and every delivery
-        before it has been handed to its callback by then: whoever waits for in-flight work
-        to settle after this sees all of it. The callback stays: deliveries already on the
-        wire are settled, not dropped and redelivered. After the broker's own cancel there
-        is nothing to cancel, and nothing is sent (True). False when the broker did not
-        answer within the bound or the channel ended first: whether the consumer is gone
-        is then unknown (a closed channel has none).
-
-        ``on_sent`` is called once the cancel is written: the broker handles a channel's
-        frames in order, so an ack written from then on reaches it after the cancel.
+        The cancel-ok comes after the consumer's last delivery, each handed to its callback
+        by then (which stays: deliveries on the wire are settled, not redelivered). After
+        the broker's own cancel nothing is sent (True). False: no answer within the bound
+        or the channel ended first. ``on_sent`` is called once the cancel is written: an
+        ack written from then on reaches the broker after it (a channel's frames in order).
         """
         if self._cancelled_by_broker:
             return True

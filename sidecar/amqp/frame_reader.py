@@ -1,24 +1,17 @@
 """Reading frames: the bytes off the socket cut into frames, each handed to its owner.
 
-The hot methods (by their id: the channel says which), content headers and bodies go to
-their channel as they are, any other method frame whole; channel 0's to the connection's
-control. A frame for a channel nobody owns is dropped (a channel closed from both sides at
-once still gets the broker's close-ok). It knows no AMQP method but by its id, and imports
-no codec: the channels and the control decode what is theirs.
+The hot methods (by their id), content headers and bodies go to their channel as they are,
+any other method frame whole; channel 0's to the connection's control. A frame for a
+channel nobody owns is dropped. It knows no AMQP method but by its id and imports no codec.
 
-A content header over ``HEADER_FRAME_MAX`` (RabbitMQ does not split content headers, and
-relays what a publisher sent at a larger frame size) is passed over: its bytes are dropped
-as they arrive, never held whole, and its channel is told its size and body size
-(``on_unread_header``); its body frames follow as for any other.
+A content header over ``HEADER_FRAME_MAX`` is passed over, its bytes dropped as they
+arrive, and its channel told its size (``on_unread_header``). A channel whose deliveries
+hold their budget of bytes (``has_room`` false) holds the reader at its next content
+header until the link feeds it again, so a route's bytes in flight stay within its budget
+plus one message (docs/memory.md). Body frames are views of the bytes read, not copies.
 
-A channel whose deliveries hold their budget of bytes (``has_room`` false) holds the
-reader at its next content header: nothing more is read (``held``) until the link feeds it
-again, so the bytes in flight of a route stay within its budget plus one message. Body
-frames are handed on as views of the bytes read, not copies.
-
-A frame it cannot read raises :class:`WireError` (a :class:`FrameError` with the reply
-code of the violation where there is one); the link closes the connection for it. The
-server's own protocol header is a :class:`NotAmqpError`. No I/O: the link feeds it.
+A frame it cannot read raises :class:`WireError` (a :class:`FrameError` with its reply
+code); the link closes the connection for it. No I/O: the link feeds it.
 """
 
 from __future__ import annotations

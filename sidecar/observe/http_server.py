@@ -1,31 +1,15 @@
 """A small HTTP/1.1 server with hard bounds, running its own event loop in one thread.
 
-This module owns the listener, the connections and their count, descriptors and the
-serving thread; one connection's request and answer are ``sidecar.observe.http_exchange``'s
-(h11 parses and writes HTTP, so no HTTP syntax is handled in either). It knows nothing
-of the endpoints: the ``respond`` callable it is given turns each ``Request`` into a
-``Reply``.
+Owns the listener, the serving thread, the open connections and their cap
+(:data:`MAX_CONNECTIONS`; at the cap the oldest one without a whole request is closed for
+the newcomer), the request and response deadlines, the pause when accepting runs out of
+descriptors or memory, and the descriptors left to the rest of the process
+(:data:`RESERVED_DESCRIPTORS`).
 
-The bounds, so that no client (a slowloris flood included) can starve the relay:
-
-- one thread whatever the load (the relay's event loop never serves HTTP, so a stuck
-  relay loop can still be reported, and an HTTP flood costs the relay no loop turns);
-- at most ``max_connections`` connections open at once. At the cap, the oldest connection
-  that has not yet sent a whole request is closed to admit the new one, since a flood of
-  slow clients would otherwise hold every slot and every probe would be refused (the
-  kubelet then restarts the pod: an HTTP flood would stop the relay). A connection whose
-  request is being answered is never closed for a newcomer; when all of them are, the
-  newcomer is closed at once. Nothing is queued beyond the kernel's listen backlog;
-- a whole request head within ``request_timeout_s`` of the accept, however slowly its
-  bytes trickle in, and the response written within ``response_timeout_s``;
-- a request head of at most ``MAX_REQUEST_HEAD_BYTES`` (``sidecar.observe.http_exchange``); a
-  body is never read;
-- one request per connection (``Connection: close``), so a deadline is a connection's;
-- when accepting fails for want of descriptors (EMFILE, ENFILE) or memory, accepting
-  pauses ``accept_retry_s`` instead of spinning on a listener that stays readable;
-- descriptors: the connection cap is lowered, with a warning, when RLIMIT_NOFILE would
-  not leave ``RESERVED_DESCRIPTORS`` to the rest of the process (the broker connection
-  first), so the HTTP side can never take the descriptor a reconnect needs.
+Must not parse or write HTTP (``http_exchange`` does, through h11), know the endpoints
+(the ``respond`` callable turns a ``Request`` into a ``Reply``), or run anything on the
+relay's event loop.
+Why: docs/decisions/0004-http-server-thread.md.
 """
 
 from __future__ import annotations

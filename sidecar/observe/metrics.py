@@ -1,24 +1,15 @@
 """The sidecar's Prometheus metrics: the only module that knows metric names and label names.
 
-Everything is registered on the ``CollectorRegistry`` handed to ``Metrics``; nothing is
-registered at import time and the global registry is never touched. Every series exists
-at zero from the first scrape: the constructor creates the process-wide series and
-``add_route`` creates a route's series, so a rate or an absence alert never has to guess
-whether a missing series means "zero" or "not running".
+Everything is registered on the ``CollectorRegistry`` handed to ``Metrics``, never at
+import time and never on the global registry; every series exists at zero from the first
+scrape (process-wide at start, a route's in ``add_route``). ``Metrics`` is the one face:
+it owns each route's settlement series and hands the drift series (``_Violations``) and
+the process-wide ones (``_ProcessSeries``) to a class each.
 
-``Metrics`` is the one face callers use. It owns each route's settlement series (messages,
-relay time, in flight, up, retried copies, dead-lettered) and hands the drift series
-(``_Violations``: violations by header and by producer) and the process-wide ones
-(``_ProcessSeries``: the connection, the broker's block, reconnects, reloads, the build)
-to a class each.
-
-Labels are bounded: route names come from the route map and violation ``(kind, header)``
-pairs from the contract's closed sets. Never pass a message id, a raw unknown header name
-or a hostname here.
-
-Not thread-safe for writes: call the mutators from the event loop only. Scrapes from the
-HTTP thread read through prometheus_client's own locks, and the series a message moves on
-the hot path (``sidecar.observe.series``) as copies of plain numbers made under the GIL.
+Labels are bounded: never a message id, a raw unknown header name or a hostname. Writes
+come from the event loop only; a scrape on the HTTP thread reads through
+prometheus_client's locks and, for the hot path's series (``observe.series``), plain
+numbers copied under the GIL.
 """
 
 from __future__ import annotations

@@ -1,29 +1,16 @@
 """One route's consumer on its channel, and the re-consume that changes its window.
 
-``sidecar.relay.worker``'s ``RouteWorker`` opens the channel and hands it here: this keeps what
-the consumer is now (its tag, its window, the deliveries it holds) and carries out what
-``sidecar.settle.window`` decides. A running consumer's prefetch cannot change on every queue
-type, so a new window is a new consumer on the same channel, in this order:
+Owns the consumer as it is now (its tag, its window, what it holds) and the re-consume on
+the same channel, in this order: hold acks until the consumer holds its whole window, or
+what its byte budget lets the connection read with no delivery for ``FILL_IDLE_S``
+(``relay.ack_gate``: then nothing is on its way to it, which a quorum queue would return
+and count against its delivery limit); ``basic.cancel``, acks going again once it is
+written; wait for room (``settle.window.refill``); then ``basic.qos`` and
+``basic.consume`` under ``acemq-sidecar.<route>#<n>``. The old consumer's deliveries are
+settled as any other. A single-active-consumer route never re-consumes.
 
-1. Hold acks until the consumer holds its whole window, unsettled (``sidecar.relay.ack_gate``),
-   or what its byte budget lets the connection read, with no delivery for ``FILL_IDLE_S``:
-   then the broker has nothing on its way to it (no credit left); acks wait until the
-   cancel of step 2 is written (docs/decisions/0041).
-   This matters on a quorum queue: its channel returns to the queue, spending a delivery
-   attempt of ``x-delivery-limit``, every delivery that reaches it for a consumer tag
-   already cancelled (seen on RabbitMQ 3.10 with deliveries in transit at the cancel: 4
-   and 6 of 480 dead-lettered at a limit of 0). A classic queue hands over what it sent
-   before the cancel-ok either way.
-2. ``basic.cancel`` and its cancel-ok: after it nothing comes for the old tag; what it
-   delivered stays unacked on the channel and is settled as any delivery (never requeued).
-3. Wait until what the old consumer left in flight leaves room (``sidecar.settle.window.refill``).
-4. ``basic.qos`` (per consumer) and ``basic.consume`` under a new tag,
-   ``acemq-sidecar.<route>#<n>`` ("#" is in no route name, so tags stay unique).
-
-A quorum queue counts the cancelled consumer among the queue's consumers until its
-deliveries are settled (a few milliseconds); it receives nothing meanwhile.
-
-It must not decide anything: the decisions are ``sidecar.settle.window``'s.
+Must not decide the window (``settle.window`` does) or requeue a delivery.
+Why: docs/decisions/0003-byte-budget-window.md, 0041-reconsume-under-backpressure.md.
 """
 
 from __future__ import annotations
@@ -140,11 +127,7 @@ class InFlightWindow:
 
 
 class RouteConsumer:
-    """One route's consumer on one channel; see the module docstring.
-
-    The settler acks and rejects through it (``AckChannel``), so its ``AckGate`` knows how
-    many of its deliveries the current consumer still holds, and can hold acks for a cancel.
-    """
+    """One route's consumer on one channel; the settler acks and rejects through it."""
 
     def __init__(
         self,
@@ -234,10 +217,9 @@ class RouteConsumer:
     async def cancel(self, *, fill_s: float) -> None:
         """Cancel the current consumer (a drain): no more deliveries once it returns.
 
-        As a re-consume does, it first holds acks and waits, up to ``fill_s``, until the
-        consumer holds its whole window or has had no delivery (nor ack) for
-        ``FILL_IDLE_S``: then nothing is on its way to it (on a quorum queue such a
-        delivery would spend a delivery attempt). The acks go once the cancel is written.
+        As a re-consume does, it first holds acks, up to ``fill_s``, until the consumer
+        holds its whole window or had no delivery (nor ack) for ``FILL_IDLE_S``, so that
+        nothing is on its way to it; the acks go once the cancel is written.
         """
         gate, quiet_s = self._gate, self._monotonic() - self._active_at
         try:
@@ -262,9 +244,8 @@ class RouteConsumer:
     async def follow(self, connection: RelayConnection) -> str:
         """Re-consume whenever the window should change; return why, if a change failed.
 
-        Runs until cancelled (the route's channel closed, or a stop). A stop cancels a
-        change half-way: ``consumer_tag`` is the new tag before its consume is sent, so a
-        drain's cancel covers whichever consumer the broker has.
+        Runs until cancelled (the channel closed, or a stop). ``consumer_tag`` is the new
+        tag before its consume is sent, so a drain's cancel covers the broker's consumer.
         """
         window = self._window
         while True:

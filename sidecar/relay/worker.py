@@ -73,11 +73,7 @@ class RouteWorker:
         return self.state.pause_reason
 
     def request_stop(self, *, replaced: bool = False) -> None:
-        """Ask the worker to stop consuming and settle what it holds.
-
-        ``replaced``: a successor runs the same route now (a reload), so this worker must
-        no longer report the route up or down.
-        """
+        """Stop consuming and settle what it holds (``replaced``: a reload's successor runs)."""
         if replaced:
             self._replaced = True
             self.state.hand_over()

@@ -1,50 +1,14 @@
 """When a publish may go out on a connection the broker may block: pure decisions.
 
-RabbitMQ (3.10, ``rabbit_reader``) tells a client of a memory or disk alarm only when
-the alarm meets a publish: an alarm puts the connection in ``blocking``, and the first
-content header the reader takes from it then makes it ``blocked``: it sends
-``connection.blocked`` and reads nothing more from the socket, not even that publish's
-body, until the alarm clears (a publish with an empty body is whole at its header: it
-is handed on, routed and confirmed, and only then does the connection block).
-Whatever the client wrote after that header stays in the broker's socket buffer and is
-read, in order, once the alarm clears. A copy written while the broker is
-``blocking`` is therefore routed after the alarm; if a SIGTERM meanwhile gave its
-delivery back to the staging queue, it is relayed twice.
+Owns the gate's rules: while the broker answered a publish on the connection less than
+:data:`QUIET_S` ago, a publish goes at once; after a quiet spell a probe (one byte to the
+default exchange, routing key :data:`PROBE_ROUTING_KEY`) goes before any copy, and the
+copies wait for its answer; a 403 on the probe makes the first copy after a quiet spell
+go alone (a lead), the others waiting for its answer.
 
-So a connection cannot know whether the broker will read its next publish; after
-:data:`QUIET_S` without an answer from the broker (a quiet spell) it assumes nothing.
-The gate makes sure a real copy is never the first publish the broker meets after a
-quiet spell: a probe goes first (a one-byte publish to the default exchange under a
-routing key no queue can have: ``amq.`` names are the broker's own; not empty, so that
-an alarm holds it as it would a copy), and the copies wait for its answer. An answer
-(confirm, return, nack, a refusal that closes its channel) without
-``connection.blocked`` means the broker read it unblocked: the copies waiting go at
-once, together. No answer, ``connection.blocked`` instead: they wait on,
-and a stop lets them go with nothing written.
-
-A connection that keeps publishing pays nothing: while the broker's last answer on it
-(to any publish) came less than :data:`QUIET_S` ago, the next goes at once (a probe at
-every gap between two bursts would cost a round trip each; measured on bench/ab.py). The
-quiet spell counts from that answer, not from the last write, and whatever is still
-unanswered: a publish stuck for minutes (a quorum queue without its quorum) says nothing
-of whether the broker reads now, and the probe, routed to no queue, is answered at once.
-An alarm that begins within :data:`QUIET_S` of the last answer still catches what is on
-its way when it begins: copies (routed once it clears) and acks written behind them
-(read once it clears, or never if the broker first finds the connection gone), at most
-the connection's deliveries in flight. Publishing and consuming on
-separate connections (RabbitMQ's advice) would keep acks and a drain's cancel flowing;
-copies on their way would still be caught.
-
-Only the broker's answer to the probe (or the lead) proves it read it, or the connection
-closing (the copies waiting then fail as any publish on it does). A probe or lead that
-was never written, or whose channel the sidecar closed before its answer, proves
-nothing: the copies waiting decide again, and one of them probes on its own channel.
-
-Where the user may not write to the default exchange (a 403), the probe is given up for
-the connection and the first copy after a quiet spell goes alone instead (a lead): the
-others wait for its answer, so an alarm catches one copy, not a window of them.
-
-Pure: no I/O, no asyncio; ``sidecar.relay.connection_gate`` carries these decisions out.
+Must not do I/O, read a clock or import asyncio: ``relay.connection_gate`` measures the
+quiet spell, sends the probe and waits for its answer.
+Why: docs/decisions/0002-publish-gate.md.
 """
 
 from __future__ import annotations

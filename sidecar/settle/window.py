@@ -1,35 +1,14 @@
 """A route's in-flight window: how many deliveries its consumer may hold, and when to change it.
 
-RabbitMQ ignores ``basic.qos`` ``prefetch_size``, so only the count bounds the bytes a
-route holds: as many of the largest body seen so far as ``broker.max_in_flight_bytes``
-holds (:func:`in_flight_window`, the allowed window). A running consumer's count cannot
-change on every queue type (a per-consumer qos applies to later consumers only, a
-channel-wide one closes the connection on a quorum queue), so the relay changes the
-window by re-consuming on the same channel: qos, cancel, consume under a new tag. These
-are its decisions:
+Owns the numbers: the allowed window (as many of the largest body seen as
+``broker.max_in_flight_bytes`` holds, within the prefetch), slow start at
+:data:`START_WINDOW`, growth times :data:`GROWTH` once a whole window was seen (only to at
+least twice the window, or to the prefetch), a shrink at once to a power of two within
+the allowed window, and the room a new consumer may take (:func:`refill`).
 
-- Slow start: each channel's first consumer takes :data:`START_WINDOW`, so the first
-  burst of large messages is one message, not a prefetch of them.
-- Growth (:func:`next_window`): once a whole window of body sizes has been seen, times
-  :data:`GROWTH`, but only to a window that fits the budget and is at least twice the
-  current one, or is the route's prefetch (the relay grows a consumer only once it is
-  at least half full: a window that is not the bottleneck need not grow).
-- Shrink: at once, when a larger body makes the current window hold more than the
-  budget, to the largest power of two within the allowed window. Since the largest body
-  only grows, the allowed window only shrinks, and a shrunk window is more than half the
-  allowed one, so growth cannot undo it: a route changes its window at most about
-  log8(prefetch) + log2(prefetch) times per channel, never once per message.
-- The change itself (:func:`refill`): the new consumer starts only once what the old one
-  left in flight and the new window together fit in the larger of the old and the
-  allowed window, so a change never holds more than either side of it.
-
-What the window cannot bound, the client does: deliveries the broker sent before the
-first larger body's header arrived (up to the old window of the new, larger size). The
-consuming connection reads no further delivery of a route whose unsettled deliveries hold
-its budget (``Channel.consume``'s ``max_in_flight_bytes``), so the route holds at most the
-budget plus one message; the rest waits unread in the socket and the broker.
-
-Pure: no I/O, no clock, no asyncio.
+Must not do I/O, read a clock or import asyncio, and never sends qos, cancel or consume:
+``relay.consumer`` carries each change out.
+Why: docs/decisions/0003-byte-budget-window.md.
 """
 
 from __future__ import annotations
