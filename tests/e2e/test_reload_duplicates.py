@@ -1,6 +1,6 @@
 """Reloads that restart a route during a flow: nothing lost, duplicates bounded and counted.
 
-Issue 17.9: a reload replaces the route's worker; the old one drains (cancel, settle what
+A reload replaces the route's worker; the old one drains (cancel, settle what
 it holds, close) while the new one consumes. At most a prefetch window per reload can be
 relayed twice; this counts how many are, for docs/reliability.md.
 """

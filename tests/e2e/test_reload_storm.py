@@ -1,7 +1,7 @@
 """Reloads in a storm: after any sequence of SIGHUPs, one consumer per route, current config.
 
 A channel opened for a worker that a reload cancelled must be closed, never left consuming
-with the old target (issue 17 item 3). The broker's own count of a queue's consumers is the
+with the old target. The broker's own count of a queue's consumers is the
 judge: ``queue.declare`` (passive) returns it, as ``rabbitmqctl list_consumers`` lists them.
 """
 

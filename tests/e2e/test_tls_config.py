@@ -1,8 +1,8 @@
 """TLS files as config, at the process: check, run and a reload refuse a bad one at its line.
 
-A missing TLS file, or one that is not a certificate or key, used to pass ``check`` and then
-kill ``run`` with a traceback at connect (and a reload to it was applied, to fail at the
-next reconnect). Now each of the three exits 2 or refuses with ``FILE:LINE``. Without
+A missing TLS file, or one that is not a certificate or key, fails each of the three at
+once: ``check`` and ``run`` exit 2 and a reload is refused, with ``FILE:LINE``, rather than
+a traceback at connect (or a reload applied, to fail at the next reconnect). Without
 ``ca_file`` the broker is verified against the system's CAs: a TLS endpoint built here
 (a proxy to the test broker) is trusted through ``SSL_CERT_FILE`` and only through it.
 """

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(150)]
 
 # Two lanes: 8,000 messages by default (the relay runs at several thousand a second);
-# ACEMQ_FAULT_PER_LANE=10000 gives the 20,000-message run of the reliability issue.
+# ACEMQ_FAULT_PER_LANE=10000 gives a run of 20,000 messages.
 PER_LANE = int(os.environ.get("ACEMQ_FAULT_PER_LANE", "4000"))
 PREFETCH = 100
 ROUTES = 2

@@ -1,6 +1,6 @@
 """Refusals and held deliveries against a real RabbitMQ node of the module's own.
 
-Issues 13 (2, 3, 5) and 17 (1, 2, 7): what the broker refuses must never spend a quorum
+What the broker refuses (403, 406, nacks, an unroutable quarantine) must never spend a quorum
 queue's delivery limit on a window, never loop, and never be lost; a held delivery is
 settled before the broker's ``consumer_timeout`` takes it back. The node has
 ``consumer_timeout`` 5 s, checked every second (``channel_tick_interval``; RabbitMQ's
@@ -154,11 +154,11 @@ def report(test: str, **numbers: object) -> None:
 async def test_a_403_on_publish_quarantines_with_the_brokers_words_and_loses_nothing(
     nb: Broker, sidecar_on_node: Sidecar
 ) -> None:
-    """Issue 17.1: an internal target (403 on every publish), quorum staging, limit 3.
+    """An internal target (403 on every publish), quorum staging, limit 3.
 
-    All 50 are quarantined with the broker's reason, none lost. It used to close and
-    reopen the one channel, requeueing the window each time: 50 of 50 were dropped by the
-    queue's delivery limit in about 5 s.
+    All 50 are quarantined with the broker's reason, none lost (a client that closes and
+    reopens the one channel, requeueing the window each time, lost 50 of 50 to the queue's
+    delivery limit in about 5 s).
     """
     staging = await nb.queue("r403.staging", **{"x-queue-type": "quorum", "x-delivery-limit": 3})
     internal = nb.name("r403.internal")
@@ -183,7 +183,7 @@ async def test_a_403_on_publish_quarantines_with_the_brokers_words_and_loses_not
 async def test_a_403_for_no_write_permission_leaves_the_other_route_flowing(
     nb: Broker, sidecar_on_node: Sidecar, node: PrivateNode
 ) -> None:
-    """Issue 17.1: a user without write permission on one target; the other route relays."""
+    """A user without write permission on one target; the other route relays."""
     staging = await nb.queue("perm.staging", **{"x-queue-type": "quorum", "x-delivery-limit": 2})
     denied = await nb.exchange("perm.denied")
     other_staging = await nb.queue("perm.other.staging")
@@ -231,9 +231,9 @@ async def test_a_403_for_no_write_permission_leaves_the_other_route_flowing(
 async def test_a_message_above_max_message_size_does_not_stall_the_others(
     nb: Broker, sidecar_on_node: Sidecar, node: PrivateNode
 ) -> None:
-    """Issue 13.5: max_message_size lowered below 3 queued messages: the 40 others relay.
+    """max_message_size lowered below 3 queued messages: the 40 others relay.
 
-    It used to be an endless 406, channel reopen, stuck route.
+    The route never sticks in a loop of 406 and channel reopen.
     """
     big, small = make_ids("big", 3), make_ids("small", 40)
     async with sized_flow(nb, node, sidecar_on_node, small=small, big=big) as (_, target, _):
@@ -245,7 +245,7 @@ async def test_a_message_above_max_message_size_does_not_stall_the_others(
 async def test_a_message_no_copy_of_which_the_broker_accepts_is_dead_lettered(
     nb: Broker, sidecar_on_node: Sidecar, node: PrivateNode
 ) -> None:
-    """Issue 13.5: too big for the target and for quarantine: rejected to the DLX, counted."""
+    """Too big for the target and for quarantine: rejected to the DLX, counted."""
     big, small = make_ids("big", 3), make_ids("small", 10)
     async with sized_flow(nb, node, sidecar_on_node, small=small, big=big) as flow:
         staging, target, dlq = flow
@@ -306,11 +306,11 @@ async def publish_sized(nb: Broker, staging: str, small: list[str], big: list[st
 async def test_a_copy_the_target_keeps_nacking_is_quarantined_before_the_consumer_timeout(
     nb: Broker, sidecar_on_node: Sidecar
 ) -> None:
-    """Issue 13.2: consumer_timeout 5 s, quorum staging x-delivery-limit 1, the target full.
+    """consumer_timeout 5 s, quorum staging x-delivery-limit 1, the target full.
 
     The held copy is quarantined (reason: what the broker said, for how long) at half the
-    timeout. It used to be held until the broker took it back twice and the queue dropped
-    it: gone from staging, target and quarantine, and nothing logged.
+    timeout, before the broker takes it back (held past it, it is taken back twice and the
+    queue drops it: gone from staging, target and quarantine, and nothing logged).
     """
     staging = await nb.queue("held.staging", **{"x-queue-type": "quorum", "x-delivery-limit": 1})
     exchange = await nb.exchange("held.target")
@@ -341,7 +341,7 @@ async def test_a_copy_the_target_keeps_nacking_is_quarantined_before_the_consume
 async def test_a_held_quarantine_is_dead_lettered_before_the_consumer_timeout(
     nb: Broker, sidecar_on_node: Sidecar
 ) -> None:
-    """Issue 17.2: the quarantine exchange routes nowhere: rejected to the staging DLX."""
+    """The quarantine exchange routes nowhere: rejected to the staging DLX."""
     dlx, dlq = await dead_letter_queue(nb)
     staging = await nb.queue(
         "dlx.staging",
@@ -370,10 +370,10 @@ async def test_a_held_quarantine_is_dead_lettered_before_the_consumer_timeout(
 async def test_an_idle_route_is_ready_again_after_the_broker_took_its_held_deliveries(
     nb: Broker, sidecar_on_node: Sidecar
 ) -> None:
-    """Issue 17.7: the sidecar told a long timeout, the broker's is 5 s and takes them away.
+    """The sidecar told a long timeout, the broker's is 5 s and takes them away.
 
     Once the queue has dropped them (delivery limit) the route is idle: /readyz must say
-    200 and route_up 1 without a new message (it used to stay 503 for ever).
+    200 and route_up 1 without a new message, not 503 for ever.
     """
     dlx, dlq = await dead_letter_queue(nb)
     staging = await nb.queue(
@@ -411,11 +411,11 @@ async def test_an_idle_route_is_ready_again_after_the_broker_took_its_held_deliv
 async def test_a_nacked_copy_is_retried_a_bounded_number_of_times_and_counted(
     nb: Broker, sidecar_on_node: Sidecar
 ) -> None:
-    """Issue 13.3: a target routing to two queues, one full (reject-publish), nacks.
+    """A target routing to two queues, one full (reject-publish), nacks.
 
     Each retry puts one more copy in the other queue: with max_attempts 3 each message
     has exactly 3 copies there, one in quarantine, and retried_copies_total counts the 2
-    beyond the first. It used to be unbounded (7 copies of one message in 30 s).
+    beyond the first (unbounded retries made 7 copies of one message in 30 s).
     """
     staging = await nb.queue("nack.staging")
     exchange = await nb.exchange("nack.target", kind="fanout")
@@ -454,7 +454,7 @@ async def test_a_nacked_copy_is_retried_a_bounded_number_of_times_and_counted(
 async def test_while_the_broker_blocks_nothing_is_published_and_sigterm_settles_in_time(
     nb: Broker, sidecar_on_node: Sidecar, node: PrivateNode
 ) -> None:
-    """Issue 13.4: a memory alarm: /readyz says why, SIGTERM exits 0 within the grace.
+    """A memory alarm: /readyz says why, SIGTERM exits 0 within the grace.
 
     broker_blocked is 1 meanwhile; after the alarm nothing is lost or duplicated: the
     alarm is on before the first publish, which the publish gate's probe meets.

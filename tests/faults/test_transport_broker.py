@@ -1,12 +1,12 @@
-"""The transport audit's client items (issue 13) against real RabbitMQ nodes of their own.
+"""The transport audit's client conditions against real RabbitMQ nodes of their own.
 
 Each node is private (``tests/faults/private_node.py``), with the config the condition
-needs: ``frame_max = 1048576`` (item 1: a 300 KB header table, published by a client that
-took that frame size, used to drop the sidecar's connection on every redelivery; and the
-memory alarm of item 4, set and cleared with ``rabbitmqctl``), and ``auth_mechanisms.1 =
-AMQPLAIN`` (item 8: the client used to send PLAIN regardless, and got a reset), and
-``frame_max = 33554432`` (item 1 again: a 20 MiB header table, over the 16 MiB the client
-reads of one, used to close the connection with 501 on every redelivery).
+needs: ``frame_max = 1048576`` (a 300 KB header table, published by a client that took
+that frame size, costs the sidecar's connection nothing on a redelivery; and the memory
+alarm, set and cleared with ``rabbitmqctl``), and ``auth_mechanisms.1 = AMQPLAIN`` (the
+client logs in with AMQPLAIN; a client that sends PLAIN regardless gets a reset), and
+``frame_max = 33554432`` (a 20 MiB header table, over the 16 MiB the client reads of one,
+is passed over without a close, not met with 501 on every redelivery).
 """
 
 from __future__ import annotations
@@ -114,8 +114,9 @@ async def test_a_300_kb_header_table_costs_no_reconnect_and_no_other_route(
 ) -> None:
     """One large header on a 1 MiB broker: relayed or quarantined once, never a loop.
 
-    It used to drop the connection on every redelivery: 4 reconnects in 10 s, the other
-    route relayed 0 of 5, the message never quarantined.
+    A redelivery costs no reconnect and the other route relays all of its own (a client that
+    dropped the connection on every redelivery reconnected 4 times in 10 s, the other route
+    relayed 0 of 5, the message was never quarantined).
     """
     broker = node_broker
     quarantine, quarantined = await declare_quarantine(broker)
@@ -176,8 +177,8 @@ async def test_a_20_mib_header_table_is_quarantined_and_the_other_route_keeps_fl
     """Over the 16 MiB the sidecar reads: passed over, its body quarantined, no reconnect.
 
     A publisher that took the broker's 32 MiB frame size sends a 20 MiB header table;
-    RabbitMQ does not split content headers, so it hands the sidecar a 20 MiB frame. It
-    used to close the connection (501) on it, and again on every redelivery.
+    RabbitMQ does not split content headers, so it hands the sidecar a 20 MiB frame. The
+    connection stays open: no close (501) on it, nor on a redelivery.
     """
     sidecar = Sidecar(amqp_url=huge_frames_node.url, workdir=tmp_path)
     try:
@@ -307,7 +308,7 @@ def amqplain_node() -> Iterator[PrivateNode]:
 async def test_an_amqplain_only_broker_is_logged_into_and_a_refusal_names_the_mechanism(
     amqplain_node: PrivateNode,
 ) -> None:
-    """It used to get PLAIN, and RabbitMQ reset the connection (ConnectionResetError 104)."""
+    """Logged in with AMQPLAIN, not PLAIN (which RabbitMQ resets: ConnectionResetError 104)."""
     address = BrokerAddress.parse(amqplain_node.url)
     connection = await connect(address, heartbeat_s=30, connect_timeout_s=10)
     try:

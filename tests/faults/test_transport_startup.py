@@ -1,7 +1,7 @@
-"""A SIGTERM while the sidecar starts is a clean stop, exit 0 (issue 13, item 12).
+"""A SIGTERM while the sidecar starts is a clean stop, exit 0.
 
 The imports and the route map's parsing take a few hundred milliseconds before the
-service's handlers are in place, and Python's default for SIGTERM used to end the process
+service's handlers are in place, and Python's default for SIGTERM would end the process
 then with -15 (the fault suite restarts the sidecar and stops it again at once). Each run
 here sends SIGTERM at a different moment (5 ms steps) of the first 100 ms after the
 interpreter has imported the first module of the ``sidecar`` package, seen through ``-X
@@ -44,7 +44,7 @@ GATE_TIMEOUT_S = 30.0
 
 # -X importtime prints a line as each import ends. The first of a sidecar module (not the
 # package) is where our own code begins to run: the start-up signal module, which holds the
-# signals on its next line, or (before that module existed) the first the CLI imports.
+# signals on its next line, or, without that module, the first the CLI imports.
 _FIRST_MODULE = re.compile(r"import time:.*\|\s+sidecar\.\w+$")
 
 

@@ -1,9 +1,10 @@
-"""An EXTERNAL login with no user in the URL, through the whole relay (issue 13, item 8).
+"""An EXTERNAL login with no user in the URL, through the whole relay.
 
 The broker knows the sidecar by its client certificate's name (RabbitMQ's
 ``ssl_cert_login_from``), which the sidecar does not know; so no user_id can be checked to
 match it, and RabbitMQ refuses (406) a publish whose user_id is not the connection's user.
-A user_id "guest" used to stay (the login defaulted to guest) and would have been refused.
+A user_id "guest" is moved, not kept: kept (as a login defaulting to guest would have it),
+it would be refused.
 """
 
 from __future__ import annotations

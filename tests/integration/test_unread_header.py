@@ -1,11 +1,11 @@
-"""A content header over the 16 MiB the client reads, through the whole relay (issue 13, item 1).
+"""A content header over the 16 MiB the client reads, through the whole relay.
 
 RabbitMQ does not split content headers: with its frame_max above 16 MiB (or 0), a
 publisher that negotiated a big frame size can put a 20 MiB header table in front of a
 message, and the broker hands it on whole. The scripted server sends one, then a normal
 delivery on the same channel: the first must be quarantined (its body kept, a reason naming
-the sizes), the second relayed, and the connection must stay up. It used to close with 501
-and reconnect on every redelivery.
+the sizes), the second relayed, and the connection must stay up: no close with 501, no
+reconnect on a redelivery.
 """
 
 from __future__ import annotations

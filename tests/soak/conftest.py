@@ -1,9 +1,10 @@
-"""The 20,000-message soak of issue 13's transport conditions: opt-in, on a private node.
+"""The 20,000-message soak of the transport conditions: opt-in, on a private node.
 
 Every test here is skipped unless ``ACEMQ_SOAK=1`` (the suite takes minutes; CI's budget is
 30). One private node (tests/faults/private_node.py) serves the package, with
-``frame_max`` 1 MiB (item 1) and the consumer timer checked every second
-(``channel_tick_interval``; item 2 lowers ``consumer_timeout`` for its own run); each test
+``frame_max`` 1 MiB (for the large header tables) and the consumer timer checked every
+second (``channel_tick_interval``; the held-deliveries test lowers ``consumer_timeout`` for
+its own run); each test
 puts back what it changed on the node, whatever happened, and the node is stopped after
 the package's last test. The flow and its books are in tests/soak/soak_flow.py.
 
@@ -25,7 +26,7 @@ from tests.faults.test_refusals import nb, sidecar_on_node
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
-# Per route: two routes of 10,000 are the issue's 20,000.
+# Per route: two routes of 10,000 make the soak's flow of 20,000.
 PER_LANE = int(os.environ.get("ACEMQ_SOAK_PER_LANE", "10000"))
 NODE_NAME = "acemq-soak@localhost"
 FRAME_MAX = 1_048_576

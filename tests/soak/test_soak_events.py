@@ -1,4 +1,4 @@
-"""Issue 13 items 4, 11 and 12 under a flow of 20,000: things that happen to the flow.
+"""The transport conditions that happen to the flow, under a flow of 20,000.
 
 A memory alarm mid-flow, then cleared; the broker's ``basic.cancel`` (a throwaway third
 route's queue deleted, then declared again); the sidecar

@@ -178,7 +178,7 @@ async def test_a_lost_socket_ends_every_channel_and_the_control_with_one_reason(
 
 
 async def test_a_write_buffer_over_the_mark_stops_reading_until_the_broker_drains_it() -> None:
-    """A broker that reads nothing cannot make the sidecar buffer without bound (issue 13).
+    """A broker that reads nothing cannot make the sidecar buffer without bound.
 
     On a real socket: the link writes until the transport's buffer passes the mark, then
     stops reading (so no delivery or confirm makes it write more); once the peer reads

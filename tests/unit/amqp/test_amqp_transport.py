@@ -1,4 +1,4 @@
-"""The transport audit's client items (issue 13) against the scripted AMQP server.
+"""The transport audit's client conditions against the scripted AMQP server.
 
 Each drives the client with frames RabbitMQ never sends, or sends only under conditions a
 unit test cannot make: a content header over the agreed frame size, properties that do not
@@ -73,7 +73,7 @@ def deliver(tag: int) -> spec.Basic.Deliver:
     return spec.Basic.Deliver("c", tag, False, "", "staging")
 
 
-# --- item 1: the broker's frame size, and content the client cannot read -------------------
+# --- the broker's frame size, and content the client cannot read ---------------------------
 
 
 @pytest.mark.parametrize(
@@ -91,7 +91,7 @@ async def test_the_brokers_frame_size_is_taken(broker: int, agreed: int) -> None
 async def test_a_content_header_over_the_agreed_frame_size_is_read_not_fatal() -> None:
     """A 300 KB header table on a 128 KiB connection (the URL's frame_max below the broker's).
 
-    It used to drop the connection, and the redelivery dropped it again, for ever.
+    The connection stays up: no drop on it, and none on its redelivery.
     """
     async with ScriptedBroker(frame_max=1_048_576) as server:
         connection = await connected(server.url(query="frame_max=131072"))
@@ -145,7 +145,7 @@ async def test_properties_that_do_not_parse_still_make_a_delivery_marked_undecod
         await connection.close()
 
 
-# --- item 11: malformed frames are closed with a reply code, not dropped ------------------
+# --- malformed frames are closed with a reply code, not dropped ---------------------------
 
 
 @pytest.mark.parametrize(
@@ -172,7 +172,7 @@ async def test_a_malformed_frame_is_answered_with_connection_close_not_a_tcp_dro
     assert "unreadable frame" in str(reason)
 
 
-# --- item 4: connection.blocked -------------------------------------------------------------
+# --- connection.blocked ---------------------------------------------------------------------
 
 
 async def test_blocked_keeps_the_brokers_reason_until_unblocked() -> None:
@@ -200,7 +200,7 @@ async def test_blocked_keeps_the_brokers_reason_until_unblocked() -> None:
         assert connection.blocked_reason is None
 
 
-# --- item 7: channel.flow -------------------------------------------------------------------
+# --- channel.flow ---------------------------------------------------------------------------
 
 
 def ack_every_publish(channel: int, tag: int, *_: Any) -> list[tuple[int, Any]]:
@@ -244,7 +244,7 @@ async def test_a_publish_held_by_flow_fails_when_the_channel_ends() -> None:
         await connection.close()
 
 
-# --- item 8: the SASL mechanism -------------------------------------------------------------
+# --- the SASL mechanism ---------------------------------------------------------------------
 
 
 def amqplain_table(response: str | bytes) -> dict[str, Any]:
@@ -254,7 +254,7 @@ def amqplain_table(response: str | bytes) -> dict[str, Any]:
 
 
 async def test_an_amqplain_only_broker_gets_amqplain() -> None:
-    """It used to get PLAIN regardless, and the broker reset the connection (104)."""
+    """AMQPLAIN, not PLAIN regardless (for which the broker resets the connection: 104)."""
     async with ScriptedBroker(mechanisms="AMQPLAIN") as server:
         connection = await connected(server.url("alice:s3cret"))
         (start_ok,) = server.methods("Connection.StartOk")
@@ -339,7 +339,7 @@ async def test_with_a_user_in_the_url_plain_is_preferred_over_external(files: Tl
         await connection.close()
 
 
-# --- items 6 and 10: TLS is what the parsed address says -------------------------------------
+# --- TLS is what the parsed address says -----------------------------------------------------
 
 
 async def test_an_upper_case_amqps_scheme_uses_the_route_maps_client_certificate(
@@ -362,7 +362,7 @@ async def test_a_context_given_for_a_plain_amqp_url_does_not_turn_tls_on(files: 
         await connection.close()
 
 
-# --- item 9: returns matched by what a broker never changes --------------------------------
+# --- returns matched by what a broker never changes ----------------------------------------
 
 
 def return_with_a_header_added(returned: set[str]) -> Any:
@@ -386,7 +386,8 @@ def return_with_a_header_added(returned: set[str]) -> Any:
 async def test_a_return_with_a_header_added_on_the_way_still_matches_its_publish() -> None:
     """RabbitMQ's message interceptors add headers: the return must still find its publish.
 
-    It used to match nothing, close the channel and redeliver every publish in flight.
+    The channel stays open: an unmatched return would close it and redeliver every publish
+    in flight.
     """
     async with ScriptedBroker() as server:
         server.on_publish = content_aware(server, return_with_a_header_added({"id-2"}))
@@ -418,7 +419,7 @@ def content_aware(server: ScriptedBroker, answer: Any) -> Any:
     return wrapped
 
 
-# --- item 11: the broker's basic.cancel with a publish in flight ---------------------------
+# --- the broker's basic.cancel with a publish in flight ------------------------------------
 
 
 async def test_after_the_brokers_cancel_in_flight_publishes_and_acks_still_complete() -> None:

@@ -593,7 +593,7 @@ def test_connections_add_no_threads(server: HealthServer) -> None:
 def test_out_of_descriptors_accepting_pauses_instead_of_spinning_then_recovers(
     server: HealthServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """EMFILE leaves the listener readable: retrying at once would spin a core, as it did.
+    """EMFILE leaves the listener readable: retrying at once would spin a core, so it pauses.
 
     The connection waiting in the backlog is answered once descriptors are free again,
     and the condition is logged once, not per attempt.

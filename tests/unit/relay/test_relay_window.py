@@ -646,7 +646,7 @@ async def test_no_re_consume_while_the_broker_blocks_the_connection() -> None:
 
 
 async def test_the_brokers_cancel_settles_what_the_channel_holds_before_closing_it() -> None:
-    """Issue 13.11: after the broker's basic.cancel the copies in flight are confirmed and acked.
+    """After the broker's basic.cancel the copies in flight are confirmed and acked.
 
     Closing the channel at once would send them back to be redelivered (duplicates).
     """

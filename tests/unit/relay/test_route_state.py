@@ -23,9 +23,9 @@ def route_up(registry: CollectorRegistry) -> float | None:
 
 
 def test_an_idle_route_is_up_again_once_the_broker_took_its_held_deliveries() -> None:
-    """Issue 17.7: held, channel taken away and reopened, the held ones let go: up again.
+    """Held, channel taken away and reopened, the held ones let go: up again.
 
-    No new message is needed (it used to stay 503 until the next ack).
+    No new message is needed: the route does not stay 503 until the next ack.
     """
     state, registry = make_state()
     state.consuming(queue="staging.orders", exchange="orders")

@@ -222,7 +222,7 @@ _PASSWORDS = st.text(alphabet=st.sampled_from("ab9/#?@:%!$&'()*+,;=[]~-._"), max
 @given(password=_PASSWORDS, where=st.sampled_from(["url", "urls", "url_file"]))
 @settings(max_examples=300, deadline=None)
 def test_no_password_is_shown_by_check_or_an_error(password: str, where: str) -> None:
-    """Issue 17 item 6: a password with an unencoded /, # or ? is never printed.
+    """A password with an unencoded /, # or ? is never printed.
 
     Written as typed (not percent-encoded), such a URL is either refused (with no part of
     the URL in the message) or parsed (and then shown masked).

@@ -179,7 +179,7 @@ def test_a_percent_encoded_url_round_trips_its_parts(
 def test_no_url_shows_its_password_masked_or_refused_encoded_or_not(
     login: str, password: str, host: str, vhost: str, scheme: str
 ) -> None:
-    """Issue 17 item 6: an un-encoded '/', '#' or '?' in the password must not leak it."""
+    """An un-encoded '/', '#' or '?' in the password must not leak it."""
     for written in (password, quote(password, safe="")):
         url = f"{scheme}://{login}:{written}@{host}/{vhost}"
         assert "PW" not in mask_url(url)
