@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sidecar.observe.http_exchange import exchange
+from sidecar.observe.rate_limit import RateLimit
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -139,23 +140,6 @@ def _address_family(host: str, port: int) -> socket.AddressFamily:
     return infos[0][0]
 
 
-@dataclass(slots=True)
-class _Throttle:
-    """Let a log line through at most once per interval; count the ones held back."""
-
-    interval_s: float
-    last: float | None = None
-    held: int = 0
-
-    def admit(self, now: float) -> int | None:
-        """Return None to stay quiet, else how many lines were held back since the last."""
-        if self.last is not None and now - self.last < self.interval_s:
-            self.held += 1
-            return None
-        self.last, held, self.held = now, self.held, 0
-        return held
-
-
 @dataclass(slots=True, eq=False)
 class _Connection:
     """One accepted connection; ``reading`` until its whole request head has arrived."""
@@ -191,9 +175,8 @@ class HttpServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
         self._running = threading.Event()
-        self._full_log = _Throttle(LOG_INTERVAL_S)
+        self._log_limit = RateLimit[str](LOG_INTERVAL_S)  # "full", "paused"
         self._evicted = self._refused = 0  # since the last "limit reached" line
-        self._paused_log = _Throttle(LOG_INTERVAL_S)
 
     @property
     def max_connections(self) -> int:
@@ -278,7 +261,7 @@ class HttpServer:
                     continue
                 # Out of descriptors the listener stays readable: retrying at once would
                 # spin. Pausing leaves the pending connections in the listen backlog.
-                held = self._paused_log.admit(loop.time())
+                held = self._log_limit.admit("paused", loop.time())
                 if held is not None:
                     logger.warning(
                         "cannot accept HTTP connections (%s); pausing %.1f s (%d more since)",
@@ -316,7 +299,7 @@ class HttpServer:
             self._evicted += 1
         else:
             self._refused += 1
-        if self._full_log.admit(now) is None:
+        if self._log_limit.admit("full", now) is None:
             return
         logger.warning(
             "HTTP connection limit (%d) reached: closed %d connections still sending their"

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sidecar.contract import Reject, Relay
+from sidecar.observe.rate_limit import RateLimit
 from sidecar.settle import bounded, log_origin, reason_kind
 
 if TYPE_CHECKING:
@@ -20,32 +20,6 @@ log = logging.getLogger("sidecar.relay")  # the relay's lines, whichever module 
 LOG_INTERVAL_S = 60.0  # one line per violation kind, pause or quarantine reason per interval
 
 
-@dataclass(slots=True)
-class _RateLimit:
-    """Lets a key through at most once per interval (a violation kind, a pause reason).
-
-    ``admit`` returns None for a key to stay quiet about, else how many times the key was
-    kept quiet since it was last let through, so the line can say what it stands for.
-    """
-
-    interval_s: float
-    last: dict[tuple[str, str], float] = field(default_factory=dict)
-    quiet: dict[tuple[str, str], int] = field(default_factory=dict)
-
-    def admit(self, key: tuple[str, str], now: float) -> int | None:
-        seen = self.last.get(key)
-        if seen is not None and now - seen < self.interval_s:
-            self.quiet[key] = self.quiet.get(key, 0) + 1
-            return None
-        self.last[key] = now
-        return self.quiet.pop(key, 0)
-
-    def take_quiet(self) -> dict[tuple[str, str], int]:
-        """Return the keys kept quiet since their last line, with how often; forget them."""
-        quiet, self.quiet = self.quiet, {}
-        return quiet
-
-
 class RouteLog:
     """One route's log lines, each kind rate-limited so a flood of bad messages is one line.
 
@@ -56,9 +30,9 @@ class RouteLog:
     def __init__(self, route: str, *, interval_s: float | None = None) -> None:
         self._route = route
         interval_s = LOG_INTERVAL_S if interval_s is None else interval_s
-        self._violations = _RateLimit(interval_s)
-        self._pauses = _RateLimit(interval_s)
-        self._quarantines = _RateLimit(interval_s)
+        self._violations = RateLimit[tuple[str, str]](interval_s)
+        self._pauses = RateLimit[tuple[str, str]](interval_s)
+        self._quarantines = RateLimit[tuple[str, str]](interval_s)
         self._told_timeout = False
 
     def violations(self, verdict: Verdict, delivery: Delivery, *, now: float) -> None:

@@ -18,7 +18,7 @@ from bisect import bisect_left
 from itertools import accumulate
 from typing import TYPE_CHECKING
 
-import prometheus_client.metrics
+from prometheus_client import Counter
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
@@ -34,9 +34,16 @@ if TYPE_CHECKING:
 __all__ = ["Cell", "PlainCounters", "SettledSeries", "Tally"]
 
 
+# prometheus_client has setters for its ``_created`` setting (``disable_created_metrics``,
+# the PROMETHEUS_DISABLE_CREATED_SERIES variable at import) and no getter: an unregistered
+# counter's samples show it, read at each collect as its own counters do.
+_CREATED_WITNESS = Counter("acemq_sidecar_created_witness", "", registry=None)
+
+
 def _use_created() -> bool:
     """Whether prometheus_client exposes ``_created`` samples (its own setting)."""
-    return prometheus_client.metrics._use_created  # noqa: SLF001 - as its Counter reads it
+    (family,) = _CREATED_WITNESS.collect()
+    return any(sample.name.endswith("_created") for sample in family.samples)
 
 
 class Cell:

@@ -64,12 +64,11 @@ class _Proofs:
     """A connection's probe or lead out, unanswered, and the publishes waiting for its answer."""
 
     _loop: asyncio.AbstractEventLoop
-    in_flight: int
     _answered_at: float
 
     def _proofs_begin(self) -> None:
         self._proving = False  # a probe or a lead publish is out, unanswered
-        # For the probe's or the lead's answer: True, entered (counted); False, decide again.
+        # For the probe's or the lead's answer: True, entered; False, decide again.
         self._waiters: list[asyncio.Future[bool]] = []
         # The lead out now (its number; 0: none), and the last number given: a lead whose
         # bound let the others go leaves later as an ordinary publish.
@@ -131,7 +130,7 @@ class _Proofs:
         Again when ``connection.blocked`` came with the answer, or when it proved nothing.
         A stop lets the publish go (unwritten) only while the broker blocks: else the
         answer is a round trip away, and the drain settles what is in flight. A
-        cancellation after the grant takes back what it counted.
+        cancellation after the grant still counts it as run, so newcomers do not wait on it.
         """
         granted: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._waiters.append(granted)
@@ -139,10 +138,6 @@ class _Proofs:
             await first_of(asyncio.shield(granted), stop.wait())
             if not granted.done() and not self._blocked():
                 await granted  # stopping, not blocked: the answer comes
-        except BaseException:
-            if granted.done() and not granted.cancelled() and granted.result():
-                self.in_flight -= 1  # granted, then cancelled before it could go
-            raise
         finally:
             if not granted.done():
                 granted.cancel()  # _settle_proof skips it
@@ -151,10 +146,7 @@ class _Proofs:
             raise ChannelLostError("stopping while the broker blocks publishing")
         if not granted.result():
             return False
-        if not self._blocked():
-            return True
-        self.in_flight -= 1  # counted by _settle_proof: not going after all
-        return False
+        return not self._blocked()
 
     def _settle_proof(self, *, proven: bool) -> None:
         """Let the publishes waiting go, or make them decide again: the probe or lead is done.
@@ -174,7 +166,6 @@ class _Proofs:
         for granted in waiters:
             if not granted.done():
                 if proven:
-                    self.in_flight += 1
                     self._resuming += 1
                 granted.set_result(proven)
 
@@ -198,13 +189,11 @@ class ConnectionGate(_Proofs):
 
     def __init__(self, connection: RelayConnection) -> None:
         self._connection = weakref.ref(connection)
-        self.in_flight = 0  # publishes entered and not left yet
         self._answered_at = -math.inf  # the loop's time of the broker's last answer
         self._loop = asyncio.get_running_loop()
         self._proofs_begin()
         self._probe_refused = False
         self._probe: asyncio.Task[None] | None = None
-        self.probes = 0  # probes sent on this connection (for the tests and the bench)
 
     def _blocked(self) -> bool:
         connection = self._connection()
@@ -216,15 +205,12 @@ class ConnectionGate(_Proofs):
 
     def try_enter(self) -> bool:
         """Enter at once while the broker keeps answering; False: ``enter`` must wait."""
-        if (
+        return (
             not self._proving
             and not self._resuming
             and self._loop.time() - self._answered_at < QUIET_S
             and not self._blocked()
-        ):
-            self.in_flight += 1
-            return True
-        return False
+        )
 
     async def enter(self, stop: asyncio.Event, *, channel: Publisher) -> int:
         """Wait until a publish may go out; its lead number when it leads, else 0.
@@ -248,10 +234,8 @@ class ConnectionGate(_Proofs):
             )
             match decision:
                 case Admit.GO:
-                    self.in_flight += 1
                     return 0
                 case Admit.LEAD:
-                    self.in_flight += 1
                     return self._start_lead()
                 case Admit.PROBE:
                     self._start_probe(channel)
@@ -274,13 +258,12 @@ class ConnectionGate(_Proofs):
             raise ChannelLostError("stopping while the broker blocks publishing")
 
     def leave(self, *, lead: int, answered: bool) -> None:
-        """Count out a publish that has its answer or failed (``answered``: the broker's).
+        """End a publish that has its answer or failed (``answered``: the broker's).
 
         ``lead`` is what ``enter`` returned. The lead's answer lets the others go; a lead
         that had none makes them decide again. A lead its bound let go already (see
         ``_start_lead``) leaves as any publish.
         """
-        self.in_flight -= 1
         if answered:
             self._answered_at = self._loop.time()
         if lead and lead == self._lead:
@@ -290,7 +273,6 @@ class ConnectionGate(_Proofs):
         if not channel.is_open:  # it would not be written: the caller takes another
             raise ChannelLostError("the publish channel closed at the publish gate")
         self._proving = True
-        self.probes += 1
         self._probe = asyncio.create_task(self._send_probe(channel), name="publish-gate-probe")
 
     async def _send_probe(self, channel: Publisher) -> None:

@@ -22,12 +22,11 @@ __all__ = ["ReloadPlan", "plan_reload"]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReloadPlan:
-    """The routes to stop, start, restart and keep; each in the order of its map."""
+    """The routes to stop, start and restart, each in the order of its map; the rest run on."""
 
     stop: tuple[str, ...]  # in the old map only: drain the worker, then drop the series
     start: tuple[Route, ...]  # in the new map only: add the series, start a worker
     restart: tuple[Route, ...]  # in both but different: drain the old worker, start the new
-    keep: tuple[str, ...]  # the same in both: the worker runs on untouched
     broker_changed: bool  # applies at the next reconnect
     http_changed: bool  # http or metrics settings: apply at the next start
 
@@ -47,11 +46,6 @@ def plan_reload(old: RouteMap, new: RouteMap) -> ReloadPlan:
             route
             for route in new.routes
             if route.name in old_routes and (everything or old_routes[route.name] != route)
-        ),
-        keep=tuple(
-            route.name
-            for route in new.routes
-            if not everything and old_routes.get(route.name) == route
         ),
         broker_changed=new.broker != old.broker,
         http_changed=new.http != old.http or new.metrics != old.metrics,

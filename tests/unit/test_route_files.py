@@ -75,9 +75,12 @@ async def test_the_watcher_sets_the_event_on_an_edit_and_ends_on_stop(path: Path
     config = RouteMapFile(path, env={})
     changed, stop = asyncio.Event(), asyncio.Event()
     watcher = asyncio.create_task(config.watch(changed, stop=stop, poll_s=0.01), name="watch")
+    await asyncio.sleep(0.05)  # a few polls of the file as it was
+    assert not changed.is_set(), "a reload asked for with no edit"
     await asyncio.to_thread(path.write_text, MAP + "# edited\n")
     async with asyncio.timeout(5):
         await changed.wait()
     stop.set()
     async with asyncio.timeout(5):
         await watcher
+    assert watcher.done()

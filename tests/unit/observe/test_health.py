@@ -238,8 +238,11 @@ def test_stop_is_idempotent_and_safe_before_start(probes: Probes) -> None:
     server = make_server(probes)
     server.stop()
     server.start()
+    assert fetch(server, "/healthz").status == 200, "a stop before start left it unable to serve"
     server.stop()
     server.stop()
+    with pytest.raises(urllib.error.URLError):
+        urllib.request.urlopen(f"http://{HOST}:{server.port}/healthz", timeout=5)
 
 
 def test_bind_failure_names_the_address(server: HealthServer, probes: Probes) -> None:

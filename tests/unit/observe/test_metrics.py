@@ -156,6 +156,20 @@ def test_the_plain_series_expose_created_as_prometheus_client_does(
         assert (value(registry, name, **labels) or 0) > 0, name
 
 
+def test_the_plain_series_drop_created_when_prometheus_client_does(
+    metrics: Metrics, registry: CollectorRegistry
+) -> None:
+    """disable_created_metrics (or PROMETHEUS_DISABLE_CREATED_SERIES) holds for them too."""
+    metrics.add_route("orders")
+    metrics.count_violations("orders", [("coerced", "x-acemq-attempt")], producer="billing")
+    prometheus_client.disable_created_metrics()
+    try:
+        created = [s.name for m in registry.collect() for s in m.samples if "_created" in s.name]
+    finally:
+        prometheus_client.enable_created_metrics()
+    assert created == []
+
+
 def test_count_violations_counts_each_pair(metrics: Metrics, registry: CollectorRegistry) -> None:
     """Each (kind, header) pair adds one to its own series; repeated pairs add again."""
     metrics.add_route("orders")

@@ -1,4 +1,4 @@
-"""plan_reload: which routes a reload stops, starts, restarts and keeps, branch by branch."""
+"""plan_reload: which routes a reload stops, starts and restarts, branch by branch."""
 
 from __future__ import annotations
 
@@ -65,7 +65,6 @@ def names(plan: ReloadPlan) -> dict[str, list[str]]:
         "stop": list(plan.stop),
         "start": [route.name for route in plan.start],
         "restart": [route.name for route in plan.restart],
-        "keep": list(plan.keep),
     }
 
 
@@ -75,85 +74,85 @@ CASES = [
     pytest.param(
         route_map(A, B),
         route_map(A, B),
-        {"stop": [], "start": [], "restart": [], "keep": ["a", "b"]},
+        {"stop": [], "start": [], "restart": []},
         id="nothing-changed",
     ),
     pytest.param(
         route_map(A, B),
         route_map(A),
-        {"stop": ["b"], "start": [], "restart": [], "keep": ["a"]},
+        {"stop": ["b"], "start": [], "restart": []},
         id="route-removed",
     ),
     pytest.param(
         route_map(A),
         route_map(A, B),
-        {"stop": [], "start": ["b"], "restart": [], "keep": ["a"]},
+        {"stop": [], "start": ["b"], "restart": []},
         id="route-added",
     ),
     pytest.param(
         route_map(A, B),
         route_map(A, route("b", exchange="y")),
-        {"stop": [], "start": [], "restart": ["b"], "keep": ["a"]},
+        {"stop": [], "start": [], "restart": ["b"]},
         id="route-retargeted-exchange",
     ),
     pytest.param(
         route_map(A, B),
         route_map(route("a", routing_key="k"), B),
-        {"stop": [], "start": [], "restart": ["a"], "keep": ["b"]},
+        {"stop": [], "start": [], "restart": ["a"]},
         id="route-retargeted-routing-key",
     ),
     pytest.param(
         route_map(A),
         route_map(route("a", queue="q.other")),
-        {"stop": [], "start": [], "restart": ["a"], "keep": []},
+        {"stop": [], "start": [], "restart": ["a"]},
         id="route-reads-another-queue",
     ),
     pytest.param(
         route_map(A),
         route_map(route("a", mode=Mode.AUDIT, prefetch=8, origin="o")),
-        {"stop": [], "start": [], "restart": ["a"], "keep": []},
+        {"stop": [], "start": [], "restart": ["a"]},
         id="route-settings-changed",
     ),
     pytest.param(
         route_map(A),
         route_map(route("a", publishers=Publishers.APPS)),
-        {"stop": [], "start": [], "restart": ["a"], "keep": []},
+        {"stop": [], "start": [], "restart": ["a"]},
         id="route-publishers-changed",
     ),
     pytest.param(
         route_map(A),
         route_map(route("b", queue="q.a")),
-        {"stop": ["a"], "start": ["b"], "restart": [], "keep": []},
+        {"stop": ["a"], "start": ["b"], "restart": []},
         id="route-renamed-is-a-stop-and-a-start",
     ),
     pytest.param(
         route_map(A, B),
         route_map(A, B, quarantine_exchange="other.quarantine"),
-        {"stop": [], "start": [], "restart": ["a", "b"], "keep": []},
+        {"stop": [], "start": [], "restart": ["a", "b"]},
         id="quarantine-exchange-restarts-every-route",
     ),
     pytest.param(
         route_map(A, B, C),
         route_map(A, C, route("d"), shutdown_grace_s=5.0),
-        {"stop": ["b"], "start": ["d"], "restart": ["a", "c"], "keep": []},
+        {"stop": ["b"], "start": ["d"], "restart": ["a", "c"]},
         id="grace-restarts-the-kept-routes-only",
     ),
     pytest.param(
         route_map(A, B),
         route_map(A, B, mode=Mode.AUDIT),
-        {"stop": [], "start": [], "restart": [], "keep": ["a", "b"]},
+        {"stop": [], "start": [], "restart": []},
         id="map-mode-alone-changes-no-resolved-route",
     ),
     pytest.param(
         route_map(A, B, C),
         route_map(C, B, A),
-        {"stop": [], "start": [], "restart": [], "keep": ["c", "b", "a"]},
-        id="reordered-routes-are-kept-in-the-new-order",
+        {"stop": [], "start": [], "restart": []},
+        id="reordered-routes-restart-none",
     ),
     pytest.param(
         route_map(A, B, C),
         route_map(route("e"), route("c", exchange="y"), route("d"), A),
-        {"stop": ["b"], "start": ["e", "d"], "restart": ["c"], "keep": ["a"]},
+        {"stop": ["b"], "start": ["e", "d"], "restart": ["c"]},
         id="mixed-each-list-in-its-map-order",
     ),
 ]
@@ -216,7 +215,7 @@ def test_broker_and_http_changes_are_flagged_and_restart_no_route(
     """Broker and HTTP settings apply later (reconnect, restart): the routes keep running."""
     plan = plan_reload(route_map(A), new)
     assert (plan.broker_changed, plan.http_changed) == (broker_changed, http_changed)
-    assert names(plan) == {"stop": [], "start": [], "restart": [], "keep": ["a"]}
+    assert names(plan) == {"stop": [], "start": [], "restart": []}
 
 
 _ROUTES = st.lists(
@@ -239,7 +238,11 @@ _ROUTES = st.lists(
 def test_every_route_of_either_map_gets_exactly_one_action(
     old: list[Route], new: list[Route], grace: float
 ) -> None:
-    """No route is forgotten or handled twice: old = stop + restart + keep, new = the rest."""
+    """No route is forgotten or handled twice; a route left to run on is unchanged."""
     plan = names(plan_reload(route_map(*old), route_map(*new, shutdown_grace_s=grace)))
-    assert sorted(plan["stop"] + plan["restart"] + plan["keep"]) == sorted(r.name for r in old)
-    assert sorted(plan["start"] + plan["restart"] + plan["keep"]) == sorted(r.name for r in new)
+    acted = plan["start"] + plan["restart"]
+    assert len(set(acted)) == len(acted)
+    kept = [r.name for r in new if r.name not in acted]
+    assert sorted(plan["stop"] + plan["restart"] + kept) == sorted(r.name for r in old)
+    old_routes = {r.name: r for r in old}
+    assert all(grace == 30.0 and old_routes[r.name] == r for r in new if r.name in kept)

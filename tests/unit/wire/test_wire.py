@@ -390,17 +390,20 @@ def test_tag_of_matches_the_encoder(value: FieldValue) -> None:
 
 
 @given(st.binary())
+@example(b"\x00\x00\x00\x00\x01")  # an empty table and a byte after it
 def test_random_bytes_raise_only_wire_error(data: bytes) -> None:
     """Arbitrary network bytes either decode or raise WireError, never anything else."""
     with contextlib.suppress(WireError):
-        decode_table(data)
+        _, end = decode_table(data)
+        assert end == 4 + int.from_bytes(data[:4]), "the table ends where its length says"
 
 
 @given(st.binary(max_size=64), st.binary(max_size=64))
 def test_random_table_bodies_raise_only_wire_error(body: bytes, trailing: bytes) -> None:
     """A correct length around random contents gets past the prefix check into the values."""
     with contextlib.suppress(WireError):
-        decode_table(_long(len(body)) + body + trailing)
+        _, end = decode_table(_long(len(body)) + body + trailing)
+        assert end == 4 + len(body), "the table ends where its length says"
 
 
 @given(field_table_bytes(), st.data())
@@ -418,7 +421,8 @@ def test_corrupted_tables_raise_only_wire_error(wire: bytes, data: st.DataObject
     for _ in range(data.draw(st.integers(1, 4))):
         corrupted[data.draw(st.integers(0, len(wire) - 1))] = data.draw(st.integers(0, 255))
     with contextlib.suppress(WireError):
-        decode_table(bytes(corrupted))
+        _, end = decode_table(bytes(corrupted))
+        assert end == 4 + int.from_bytes(corrupted[:4]), "the table ends where its length says"
 
 
 # ----------------------------------------------------------------------------- malformed
