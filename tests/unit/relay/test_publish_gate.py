@@ -242,7 +242,7 @@ async def test_a_probe_that_fails_unexpectedly_never_stalls_publishing() -> None
 
 
 async def test_the_registry_does_not_keep_a_connection_alive() -> None:
-    """Issue 13.4 review 1: every reconnect leaked its connection (Link, buffers, socket)."""
+    """The registry of gates keeps no connection alive: a reconnect frees the old one whole."""
     connection = Connection()
     gone, key = weakref.ref(connection), id(connection)
     gate_on(connection)
