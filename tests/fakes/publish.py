@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sidecar.settle.publish_gate import PROBE_ROUTING_KEY
-from sidecar.wire import Body, PublishOutcome
+from sidecar.wire import Body, PublishOutcome, UndecodableTable
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -65,7 +65,7 @@ class PublishRecorder:
                 exchange,
                 routing_key,
                 dict(properties),
-                dict(headers or {}),
+                {} if isinstance(headers, UndecodableTable) else dict(headers or {}),
                 slow_after_s,
                 on_slow,
                 content_header,

@@ -125,7 +125,7 @@ def make_rig(answers: list[Scripted]) -> Rig:
         rng=random.Random(1),
     )
     stop = asyncio.Event()
-    broker = FakeBroker(answers)
+    broker = FakeBroker(answers=answers)
     connection = broker.connection()
     lane = PublishLane(connection, stop=stop)
     return Rig(

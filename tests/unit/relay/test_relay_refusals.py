@@ -87,7 +87,7 @@ def make_rig(
     answers: list[Answer],
     *,
     limits: RouteLimits | None = None,
-    broker: FakeBroker | None = None,
+    blocked: str | None = None,
     publishers: Publishers = Publishers.ACEMQ,
 ) -> Rig:
     route = Route(
@@ -119,9 +119,10 @@ def make_rig(
         rng=random.Random(1),
     )
     settler = Settler(context, state=state, log=log, stop=stop)
-    broker = broker or FakeBroker()
-    broker.answers = answers
+    broker = FakeBroker(answers=answers)
     connection = broker.connection()
+    if blocked is not None:
+        connection.block(blocked)
     settler.attach(connection, PublishLane(connection, stop=stop))
     return Rig(settler, state, registry, stop, connection, now, broker)
 
@@ -312,16 +313,14 @@ async def test_nothing_is_published_while_the_broker_blocks_the_connection(
     fake_time: list[float],
 ) -> None:
     """Blocked: the route says the broker's reason; unblocked, the copy goes and is acked."""
-    broker = FakeBroker()
-    broker.block("low on memory")
-    rig = make_rig(fake_time, [PublishOutcome.CONFIRMED], broker=broker)
+    rig = make_rig(fake_time, [PublishOutcome.CONFIRMED], blocked="low on memory")
     consumer = rig.broker.consumer()
     task = asyncio.create_task(rig.settle(consumer))
     for _ in range(20):
         await asyncio.sleep(0)
-    assert broker.published == []
+    assert rig.broker.published == []
     assert "low on memory" in str(rig.state.pause_reason)
-    broker.unblock()
+    rig.connection.unblock()
     await asyncio.wait_for(task, 5)
     assert consumer.acked == [7]
     assert rig.state.pause_reason is None
@@ -331,9 +330,7 @@ async def test_a_stop_while_blocked_lets_the_delivery_go_without_publishing(
     fake_time: list[float],
 ) -> None:
     """SIGTERM during an alarm: no copy is written that could arrive later as a duplicate."""
-    broker = FakeBroker()
-    broker.block("low on memory")
-    rig = make_rig(fake_time, [PublishOutcome.CONFIRMED], broker=broker)
+    rig = make_rig(fake_time, [PublishOutcome.CONFIRMED], blocked="low on memory")
     consumer = rig.broker.consumer()
     task = asyncio.create_task(rig.settle(consumer))
     for _ in range(20):
@@ -341,7 +338,7 @@ async def test_a_stop_while_blocked_lets_the_delivery_go_without_publishing(
     rig.state.stopping = True
     rig.stop.set()
     await asyncio.wait_for(task, 5)
-    assert broker.published == []
+    assert rig.broker.published == []
     assert consumer.acked == []
     assert rig.state.in_flight == 0
 

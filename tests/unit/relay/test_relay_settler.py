@@ -99,7 +99,7 @@ def make_rig(*, publishers: Publishers = Publishers.ACEMQ, mode: Mode = Mode.ENF
 
 def one_channel(answers: list[Answer]) -> FakeChannel:
     """A channel that consumes and publishes alike, answering from ``answers``."""
-    return FakeChannel(FakeBroker(answers), 1)
+    return FakeChannel(FakeBroker(answers=answers), 1)
 
 
 def delivery(headers: dict[str, Any] | None = None) -> Delivery:
@@ -143,7 +143,7 @@ async def test_a_nacked_copy_is_held_then_retried_on_a_new_publish_channel() -> 
     quorum queue's leader election, while a new channel is acked (docs/scaling.md).
     """
     rig = make_rig()
-    broker = FakeBroker([PublishOutcome.NACKED, PublishOutcome.CONFIRMED])
+    broker = FakeBroker(answers=[PublishOutcome.NACKED, PublishOutcome.CONFIRMED])
     connection = broker.connection()
     consumer = broker.consumer()
     reasons: list[str | None] = []
@@ -258,7 +258,7 @@ async def test_violations_are_counted_once_per_message(mode: Mode) -> None:
 async def test_a_delivery_that_arrives_while_its_channel_closes_publishes_nothing() -> None:
     """Its ack would be refused and the broker would redeliver it: a copy now is a duplicate."""
     rig = make_rig()
-    broker = FakeBroker([PublishOutcome.CONFIRMED])
+    broker = FakeBroker(answers=[PublishOutcome.CONFIRMED])
     closing = broker.consumer(is_open=False)  # the consumer channel: our close sent
     connection = broker.connection()
     rig.settler.attach(connection, PublishLane(connection, stop=rig.stop))
