@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -19,16 +18,11 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from sidecar.amqp import ChannelLostError
-from sidecar.clock import Clock
 from sidecar.errors import WireError
-from sidecar.observe.metrics import Metrics
-from sidecar.observe.route_log import RouteLog
-from sidecar.relay.context import RouteContext
 from sidecar.relay.lane import PublishLane
 from sidecar.relay.publisher import PlanPublisher
 from sidecar.relay.settler import publish_answer
 from sidecar.relay.state import HeldDelivery, RouteState
-from sidecar.routemap import Mode, Publishers, Route
 from sidecar.settle.holds import HoldLimits
 from sidecar.settle.settlement import DeadLetter, Plan, Quarantine, reason_only
 from sidecar.settle.step import (
@@ -50,8 +44,7 @@ from sidecar.settle.step import (
 from sidecar.wire import Delivery, PublishOutcome
 from tests.fakes import Answer as Scripted
 from tests.fakes import FakeBroker, FakeConnection
-
-QUARANTINE = "acemq.quarantine"
+from tests.fakes.route import QUARANTINE, orders_route
 
 
 @dataclass
@@ -99,43 +92,19 @@ def step_after(plan: Plan, answer: Answer) -> Step:
 
 
 def make_rig(answers: list[Scripted]) -> Rig:
-    route = Route(
-        name="orders",
-        queue="staging.orders",
-        exchange="orders",
-        routing_key=None,
-        publishers=Publishers.ACEMQ,
-        origin=None,
-        mode=Mode.ENFORCE,
-        prefetch=8,
-    )
-    registry = CollectorRegistry()
-    metrics = Metrics(registry, version="test", contract="1.1")
-    metrics.add_route("orders")
-    clock = Clock(now_ms=lambda: 1_790_000_000_000, monotonic=lambda: 0.0)
-    state = RouteState("orders", metrics=metrics, log=RouteLog("orders"), clock=clock)
-    state.consuming(queue=route.queue, exchange=route.exchange)
-    context = RouteContext(
-        route=route,
-        quarantine_exchange=QUARANTINE,
-        login="sidecar",
-        metrics=metrics,
-        clock=clock,
-        new_id=lambda: "00000000-0000-4000-8000-000000000000",
-        rng=random.Random(1),
-    )
+    orders = orders_route()
     stop = asyncio.Event()
     broker = FakeBroker(answers=answers)
     connection = broker.connection()
     lane = PublishLane(connection, stop=stop)
     return Rig(
-        publisher=PlanPublisher(context),
+        publisher=PlanPublisher(orders.context),
         broker=broker,
         connection=connection,
         lane=lane,
-        held=HeldDelivery(state),
-        state=state,
-        registry=registry,
+        held=HeldDelivery(orders.state),
+        state=orders.state,
+        registry=orders.registry,
         stop=stop,
     )
 

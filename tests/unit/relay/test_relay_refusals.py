@@ -8,7 +8,6 @@ shared script. Waits run on a fake clock, so a five-minute hold takes no time.
 from __future__ import annotations
 
 import asyncio
-import random
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -22,20 +21,16 @@ from sidecar.amqp import (
     Publisher,
     RelayConnection,
 )
-from sidecar.clock import Clock
 from sidecar.contract import ERROR
-from sidecar.observe.metrics import Metrics
-from sidecar.observe.route_log import RouteLog
 from sidecar.relay import settler as settler_module
-from sidecar.relay.context import RouteContext
 from sidecar.relay.lane import PublishLane
 from sidecar.relay.settler import Settler
 from sidecar.relay.state import RouteState
-from sidecar.routemap import Mode, Publishers, Route, RouteLimits
+from sidecar.routemap import Publishers, RouteLimits
 from sidecar.wire import Delivery, Int32, Int64, PublishOutcome
 from tests.fakes import Answer, FakeBroker, FakeChannel, FakeConnection
+from tests.fakes.route import QUARANTINE, orders_route
 
-QUARANTINE = "acemq.quarantine"
 CANONICAL: dict[str, Any] = {
     "x-acemq-id": "m-1",
     "x-acemq-type": "order.placed",
@@ -90,41 +85,16 @@ def make_rig(
     blocked: str | None = None,
     publishers: Publishers = Publishers.ACEMQ,
 ) -> Rig:
-    route = Route(
-        name="orders",
-        queue="staging.orders",
-        exchange="orders",
-        routing_key=None,
-        publishers=publishers,
-        origin=None,
-        mode=Mode.ENFORCE,
-        prefetch=8,
-        limits=limits or RouteLimits(),
-    )
-    registry = CollectorRegistry()
-    metrics = Metrics(registry, version="test", contract="1.1")
-    metrics.add_route("orders")
-    clock = Clock(now_ms=lambda: 1_790_000_000_000, monotonic=lambda: now[0])
-    log = RouteLog("orders")
-    state = RouteState("orders", metrics=metrics, log=log, clock=clock)
-    state.consuming(queue=route.queue, exchange=route.exchange)
+    orders = orders_route(publishers=publishers, limits=limits, monotonic=lambda: now[0])
+    state = orders.state
     stop = asyncio.Event()
-    context = RouteContext(
-        route=route,
-        quarantine_exchange=QUARANTINE,
-        login="sidecar",
-        metrics=metrics,
-        clock=clock,
-        new_id=lambda: "00000000-0000-4000-8000-000000000000",
-        rng=random.Random(1),
-    )
-    settler = Settler(context, state=state, log=log, stop=stop)
+    settler = Settler(orders.context, state=state, log=orders.log, stop=stop)
     broker = FakeBroker(answers=answers)
     connection = broker.connection()
     if blocked is not None:
         connection.block(blocked)
     settler.attach(connection, PublishLane(connection, stop=stop))
-    return Rig(settler, state, registry, stop, connection, now, broker)
+    return Rig(settler, state, orders.registry, stop, connection, now, broker)
 
 
 def delivery(tag: int = 7, headers: dict[str, Any] | None = None) -> Delivery:

@@ -7,7 +7,6 @@ whether it acks, what it counts, and what the route's state says meanwhile.
 from __future__ import annotations
 
 import asyncio
-import random
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -16,20 +15,16 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from sidecar.amqp import ChannelLostError, MissingEntityError
-from sidecar.clock import Clock
 from sidecar.contract import ERROR, Publishers
 from sidecar.errors import WireError
-from sidecar.observe.metrics import Metrics
-from sidecar.observe.route_log import RouteLog
-from sidecar.relay.context import RouteContext
 from sidecar.relay.lane import PublishLane
 from sidecar.relay.settler import Settler
 from sidecar.relay.state import RouteState
-from sidecar.routemap import Mode, Route
+from sidecar.routemap import Mode
 from sidecar.wire import Delivery, Int32, Int64, PublishOutcome
 from tests.fakes import Answer, FakeBroker, FakeChannel
+from tests.fakes.route import QUARANTINE, orders_route
 
-QUARANTINE = "acemq.quarantine"
 CANONICAL: dict[str, Any] = {
     "x-acemq-id": "m-1",
     "x-acemq-type": "order.placed",
@@ -66,35 +61,10 @@ class Rig:
 
 
 def make_rig(*, publishers: Publishers = Publishers.ACEMQ, mode: Mode = Mode.ENFORCE) -> Rig:
-    route = Route(
-        name="orders",
-        queue="staging.orders",
-        exchange="orders",
-        routing_key=None,
-        publishers=publishers,
-        origin=None,
-        mode=mode,
-        prefetch=8,
-    )
-    registry = CollectorRegistry()
-    metrics = Metrics(registry, version="test", contract="1.1")
-    metrics.add_route("orders")
-    clock = Clock(now_ms=lambda: 1_790_000_000_000, monotonic=lambda: 0.0)
-    log = RouteLog("orders")
-    state = RouteState("orders", metrics=metrics, log=log, clock=clock)
-    state.consuming(queue=route.queue, exchange=route.exchange)
+    orders = orders_route(publishers=publishers, mode=mode)
     stop = asyncio.Event()
-    context = RouteContext(
-        route=route,
-        quarantine_exchange=QUARANTINE,
-        login="sidecar",
-        metrics=metrics,
-        clock=clock,
-        new_id=lambda: "00000000-0000-4000-8000-000000000000",
-        rng=random.Random(1),
-    )
-    settler = Settler(context, state=state, log=log, stop=stop)
-    return Rig(settler=settler, state=state, registry=registry, stop=stop)
+    settler = Settler(orders.context, state=orders.state, log=orders.log, stop=stop)
+    return Rig(settler=settler, state=orders.state, registry=orders.registry, stop=stop)
 
 
 def one_channel(answers: list[Answer]) -> FakeChannel:
