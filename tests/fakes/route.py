@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 
@@ -14,8 +15,17 @@ from sidecar.observe.route_log import RouteLog
 from sidecar.relay.context import RouteContext
 from sidecar.relay.state import RouteState
 from sidecar.routemap import Mode, Publishers, Route, RouteLimits
+from sidecar.wire import Int32, Int64
 
 QUARANTINE = "acemq.quarantine"
+CANONICAL: dict[str, Any] = {  # the headers of a canonical delivery, m-1
+    "x-acemq-id": "m-1",
+    "x-acemq-type": "order.placed",
+    "x-acemq-version": Int32(1),
+    "x-acemq-correlation": "m-1",
+    "x-acemq-attempt": Int32(1),
+    "x-acemq-first-seen": Int64(1_767_323_045_678),
+}
 
 
 @dataclass(frozen=True)

@@ -27,18 +27,10 @@ from sidecar.relay.lane import PublishLane
 from sidecar.relay.settler import Settler
 from sidecar.relay.state import RouteState
 from sidecar.routemap import Publishers, RouteLimits
-from sidecar.wire import Delivery, Int32, Int64, PublishOutcome
+from sidecar.wire import Delivery, PublishOutcome
 from tests.fakes import Answer, FakeBroker, FakeChannel, FakeConnection
-from tests.fakes.route import QUARANTINE, orders_route
+from tests.fakes.route import CANONICAL, QUARANTINE, orders_route
 
-CANONICAL: dict[str, Any] = {
-    "x-acemq-id": "m-1",
-    "x-acemq-type": "order.placed",
-    "x-acemq-version": Int32(1),
-    "x-acemq-correlation": "m-1",
-    "x-acemq-attempt": Int32(1),
-    "x-acemq-first-seen": Int64(1_767_323_045_678),
-}
 DENIED = "ACCESS_REFUSED - access to exchange 'orders' in vhost '/' refused for user 'u'"
 
 
