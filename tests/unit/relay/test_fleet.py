@@ -11,12 +11,10 @@ import dataclasses
 import logging
 import random
 from dataclasses import dataclass, field
-from typing import Any, cast
 
 import pytest
 from prometheus_client import CollectorRegistry
 
-from sidecar.amqp import RelayConnection
 from sidecar.clock import Clock
 from sidecar.observe.metrics import Metrics
 from sidecar.relay.fleet import RouteFleet
@@ -32,6 +30,7 @@ from sidecar.routemap.model import (
 )
 from sidecar.routemap.reload_plan import plan_reload
 from sidecar.wire import BrokerAddress
+from tests.fakes import FakeBroker
 
 
 def route(name: str) -> Route:
@@ -109,92 +108,12 @@ def running(rig: Rig, name: str) -> tuple[DrainingWorker, asyncio.Future[None]]:
     return worker, task
 
 
-@dataclass
-class QuietChannel:
-    """A channel that opens and consumes, delivers nothing, and may hang on cancel."""
-
-    connection: QuietConnection
-    is_open: bool = True
-    consumer_cancelled: bool = False
-    closed: asyncio.Event = field(default_factory=asyncio.Event)
-
-    async def consume(
-        self,
-        queue: str,
-        callback: Any,
-        *,
-        consumer_tag: str,
-        on_body_size: Any = None,
-        max_in_flight_bytes: int | None = None,
-    ) -> None:
-        """Consume nothing."""
-        del queue, callback, consumer_tag, on_body_size, max_in_flight_bytes
-
-    async def qos(self, prefetch_count: int) -> None:
-        """Take any window."""
-        del prefetch_count
-
-    async def cancel(self, consumer_tag: str, *, on_sent: Any = None) -> bool:
-        """Return at once, or never: a broker that stopped answering."""
-        del consumer_tag
-        if on_sent is not None:
-            on_sent()
-        if self.connection.hang_on_cancel:
-            await asyncio.Event().wait()
-        return True
-
-    def has_room(self) -> bool:
-        """Always: no byte budget here."""
-        return True
-
-    async def wait_closed(self) -> str:
-        """Return once closed; the worker waits so once its route consumes."""
-        self.connection.consumers += 1
-        if self.connection.consumers == self.connection.routes:
-            self.connection.all_consuming.set()
-        await self.closed.wait()
-        return "closed"
-
-    async def close(self) -> None:
-        """Close."""
-        self.is_open = False
-        self.closed.set()
-
-
-@dataclass
-class QuietConnection:
-    """A connection whose entities all exist and whose channels are ``QuietChannel``s."""
-
-    routes: int
-    hang_on_cancel: bool = False
-    is_open: bool = True
-    blocked_reason: str | None = None
-    consumers: int = 0
-    all_consuming: asyncio.Event = field(default_factory=asyncio.Event)
-    channels: list[QuietChannel] = field(default_factory=list)
-
-    async def wait_closed(self) -> BaseException | None:
-        """Never close."""
-        await asyncio.Event().wait()
-        return None
-
-    async def wait_unblocked(self) -> None:
-        """Never blocked."""
-
-    async def check_queue(self, name: str) -> None:
-        """Every queue exists."""
-        del name
-
-    async def check_exchange(self, name: str) -> None:
-        """Every exchange exists."""
-        del name
-
-    async def channel(self, *, prefetch: int) -> QuietChannel:
-        """Open a quiet channel."""
-        del prefetch
-        channel = QuietChannel(self)
-        self.channels.append(channel)
-        return channel
+async def all_consuming(broker: FakeBroker, routes: int) -> None:
+    """Return once every route consumes on the fake broker (the caller bounds the wait)."""
+    while True:
+        if broker.live_consumers() >= routes:
+            return
+        await asyncio.sleep(0.001)
 
 
 def test_every_route_of_the_map_has_its_series_from_the_start() -> None:
@@ -248,17 +167,17 @@ async def test_a_route_added_back_while_its_old_worker_drains_keeps_its_series()
 async def test_running_starts_a_worker_per_route_and_drains_them_on_exit() -> None:
     """Each route consumes on the session's connection; leaving the session stops them all."""
     rig = make_rig("orders", "invoices")
-    connection = QuietConnection(routes=2)
-    relay_connection = cast("RelayConnection", connection)
-    async with rig.fleet.running(relay_connection, login="relay", slack_s=1.0):
-        assert rig.fleet.connection is relay_connection
+    broker = FakeBroker()
+    connection = broker.connection()
+    async with rig.fleet.running(connection, login="relay", slack_s=1.0):
+        assert rig.fleet.connection is connection
         async with asyncio.timeout(5):
-            await connection.all_consuming.wait()
+            await all_consuming(broker, 2)
         assert rig.fleet.pause_reasons() == {"orders": None, "invoices": None}
     assert rig.fleet.connection is None
     assert rig.fleet.pause_reasons() == {}
-    assert connection.channels
-    assert all(not channel.is_open for channel in connection.channels)
+    assert connection.opened
+    assert all(not channel.is_open for channel in connection.opened)
 
 
 async def test_workers_still_draining_after_the_grace_and_slack_are_cancelled(
@@ -266,14 +185,13 @@ async def test_workers_still_draining_after_the_grace_and_slack_are_cancelled(
 ) -> None:
     """A broker that stops answering mid-drain must not keep the process past its grace."""
     rig = make_rig("orders", shutdown_grace_s=0.05)
-    connection = QuietConnection(routes=1, hang_on_cancel=True)
+    broker = FakeBroker()
+    broker.hold("cancel")  # a broker that stopped answering: the cancel-ok never comes
     loop = asyncio.get_running_loop()
     with caplog.at_level(logging.WARNING, logger="sidecar.service"):
-        async with rig.fleet.running(
-            cast("RelayConnection", connection), login="relay", slack_s=0.05
-        ):
+        async with rig.fleet.running(broker.connection(), login="relay", slack_s=0.05):
             async with asyncio.timeout(5):
-                await connection.all_consuming.wait()
+                await all_consuming(broker, 1)
             left = loop.time()
         took = loop.time() - left
     assert 0.1 <= took < 2.0, took

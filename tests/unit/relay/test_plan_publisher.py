@@ -11,25 +11,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, cast
 
 import pytest
 from prometheus_client import CollectorRegistry
 
-from sidecar.amqp import AckChannel, ChannelLostError, Consumer, RelayConnection
-from sidecar.clock import Clock
+from sidecar.amqp import ChannelLostError
 from sidecar.errors import WireError
-from sidecar.observe.metrics import Metrics
-from sidecar.observe.route_log import RouteLog
-from sidecar.relay.context import RouteContext
 from sidecar.relay.lane import PublishLane
 from sidecar.relay.publisher import PlanPublisher
 from sidecar.relay.settler import publish_answer
 from sidecar.relay.state import HeldDelivery, RouteState
-from sidecar.routemap import Mode, Publishers, Route
 from sidecar.settle.holds import HoldLimits
 from sidecar.settle.settlement import DeadLetter, Plan, Quarantine, reason_only
 from sidecar.settle.step import (
@@ -49,60 +42,9 @@ from sidecar.settle.step import (
     after,
 )
 from sidecar.wire import Delivery, PublishOutcome
-from tests.unit.fake_publish import Answer as Scripted
-from tests.unit.fake_publish import Publish as Published
-from tests.unit.fake_publish import PublishRecorder
-
-QUARANTINE = "acemq.quarantine"
-
-
-@dataclass
-class ScriptedChannel(PublishRecorder):
-    """A publish channel that gives the scripted answers in turn and records the headers."""
-
-    answers: list[Scripted]
-    headers: list[dict[str, Any]] = field(default_factory=list)
-    exchanges: list[str] = field(default_factory=list)
-    is_open: bool = True
-
-    async def answer(self, publish: Published) -> Scripted:
-        """Record the publish and give the next answer."""
-        self.exchanges.append(publish.exchange)
-        self.headers.append(publish.headers)
-        return self.answers.pop(0)
-
-    async def close(self) -> None:
-        """Close the channel."""
-        self.is_open = False
-
-
-@dataclass
-class OneChannel:
-    """A connection whose every channel is the one scripted channel."""
-
-    channel_: ScriptedChannel
-    is_open: bool = True
-    blocked_reason: str | None = None  # never blocked: the publish gate probes, is answered
-
-    async def channel(self, *, prefetch: int) -> ScriptedChannel:
-        """The scripted channel, whatever the prefetch."""
-        del prefetch
-        return self.channel_
-
-
-@dataclass
-class Rejecting:
-    """The channel a delivery came on, as the dead-letter path uses it."""
-
-    is_open: bool = True
-    rejected: list[tuple[int, bool]] = field(default_factory=list)
-
-    async def reject(self, delivery_tag: int, *, requeue: bool) -> bool:
-        """Record the reject while open; False once the channel is gone."""
-        if not self.is_open:
-            return False
-        self.rejected.append((delivery_tag, requeue))
-        return True
+from tests.fakes import Answer as Scripted
+from tests.fakes import FakeBroker, FakeConnection
+from tests.fakes.route import QUARANTINE, orders_route
 
 
 @dataclass
@@ -110,8 +52,8 @@ class Rig:
     """A plan publisher for route orders, its lane, its state and its metrics."""
 
     publisher: PlanPublisher
-    channel: ScriptedChannel
-    connection: OneChannel
+    broker: FakeBroker
+    connection: FakeConnection
     lane: PublishLane
     held: HeldDelivery
     state: RouteState
@@ -126,16 +68,10 @@ class Rig:
             delivery(),
             Publish(plan, alone=alone),
             self.held,
-            consumer=cast("AckChannel", OpenConsumer()),
+            consumer=self.broker.consumer(),
             stop=self.stop,
-            connection=cast("RelayConnection", self.connection),
+            connection=self.connection,
         )
-
-
-class OpenConsumer:
-    """The channel a delivery came on, still open."""
-
-    is_open = True
 
 
 LIMITS = HoldLimits(consumer_timeout_s=1800.0, nack_max_attempts=10, nack_max_s=300.0)
@@ -156,43 +92,19 @@ def step_after(plan: Plan, answer: Answer) -> Step:
 
 
 def make_rig(answers: list[Scripted]) -> Rig:
-    route = Route(
-        name="orders",
-        queue="staging.orders",
-        exchange="orders",
-        routing_key=None,
-        publishers=Publishers.ACEMQ,
-        origin=None,
-        mode=Mode.ENFORCE,
-        prefetch=8,
-    )
-    registry = CollectorRegistry()
-    metrics = Metrics(registry, version="test", contract="1.1")
-    metrics.add_route("orders")
-    clock = Clock(now_ms=lambda: 1_790_000_000_000, monotonic=lambda: 0.0)
-    state = RouteState("orders", metrics=metrics, log=RouteLog("orders"), clock=clock)
-    state.consuming(queue=route.queue, exchange=route.exchange)
-    context = RouteContext(
-        route=route,
-        quarantine_exchange=QUARANTINE,
-        login="sidecar",
-        metrics=metrics,
-        clock=clock,
-        new_id=lambda: "00000000-0000-4000-8000-000000000000",
-        rng=random.Random(1),
-    )
+    orders = orders_route()
     stop = asyncio.Event()
-    channel = ScriptedChannel(answers)
-    connection = OneChannel(channel)
-    lane = PublishLane(cast("RelayConnection", connection), stop=stop)
+    broker = FakeBroker(answers=answers)
+    connection = broker.connection()
+    lane = PublishLane(connection, stop=stop)
     return Rig(
-        publisher=PlanPublisher(context),
-        channel=channel,
+        publisher=PlanPublisher(orders.context),
+        broker=broker,
         connection=connection,
         lane=lane,
-        held=HeldDelivery(state),
-        state=state,
-        registry=registry,
+        held=HeldDelivery(orders.state),
+        state=orders.state,
+        registry=orders.registry,
         stop=stop,
     )
 
@@ -241,11 +153,9 @@ async def test_a_quarantine_copy_too_big_even_for_the_reason_goes_with_a_short_o
         rig.lane, delivery(), Quarantine("x" * 10_000), rig.held, alone=False
     )
     assert published is PublishOutcome.CONFIRMED
-    assert rig.channel.exchanges == [QUARANTINE] * 3
-    assert rig.channel.headers[2] == reason_only(
-        "x" * 10_000, too_big, "staging.orders", short=True
-    )
-    assert len(str(rig.channel.headers[2])) < len(str(rig.channel.headers[1]))
+    assert rig.broker.exchanges == [QUARANTINE] * 3
+    assert rig.broker.headers[2] == reason_only("x" * 10_000, too_big, "staging.orders", short=True)
+    assert len(str(rig.broker.headers[2])) < len(str(rig.broker.headers[1]))
 
 
 async def test_a_quarantine_copy_that_cannot_be_written_at_all_is_dead_lettered() -> None:
@@ -276,9 +186,9 @@ async def test_a_dead_letter_is_counted_and_logged_with_its_reason(
 ) -> None:
     """Never silent: an operator sees why a message left through the dead-letter exchange."""
     rig = make_rig([])
-    consumer = Rejecting()
+    consumer = rig.broker.consumer()
     with caplog.at_level(logging.ERROR, logger="sidecar.relay"):
-        await rig.publisher.dead_letter(cast("Consumer", consumer), delivery(), "held too long")
+        await rig.publisher.dead_letter(consumer, delivery(), "held too long")
     assert consumer.rejected == [(7, False)]
     sample = {"route": "orders"}
     assert rig.registry.get_sample_value("acemq_sidecar_dead_lettered_total", sample) == 1
@@ -291,9 +201,9 @@ async def test_a_dead_letter_on_a_channel_already_gone_is_neither_counted_nor_lo
 ) -> None:
     """The broker took the delivery back with its channel: it is redelivered, not dropped."""
     rig = make_rig([])
-    consumer = Rejecting(is_open=False)
+    consumer = rig.broker.consumer(is_open=False)
     with caplog.at_level(logging.ERROR, logger="sidecar.relay"):
-        await rig.publisher.dead_letter(cast("Consumer", consumer), delivery(), "held too long")
+        await rig.publisher.dead_letter(consumer, delivery(), "held too long")
     sample = {"route": "orders"}
     assert rig.registry.get_sample_value("acemq_sidecar_dead_lettered_total", sample) == 0
     assert caplog.text == ""

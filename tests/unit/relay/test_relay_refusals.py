@@ -8,9 +8,7 @@ shared script. Waits run on a fake clock, so a five-minute hold takes no time.
 from __future__ import annotations
 
 import asyncio
-import random
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
@@ -19,178 +17,21 @@ from prometheus_client import CollectorRegistry
 
 from sidecar.amqp import (
     ChannelClosedError,
-    ChannelLostError,
     Consumer,
     Publisher,
     RelayConnection,
 )
-from sidecar.clock import Clock
 from sidecar.contract import ERROR
-from sidecar.observe.metrics import Metrics
-from sidecar.observe.route_log import RouteLog
 from sidecar.relay import settler as settler_module
-from sidecar.relay.context import RouteContext
 from sidecar.relay.lane import PublishLane
 from sidecar.relay.settler import Settler
 from sidecar.relay.state import RouteState
-from sidecar.routemap import Mode, Publishers, Route, RouteLimits
-from sidecar.wire import Delivery, Int32, Int64, PublishOutcome
-from tests.unit.fake_publish import Answer, Publish, PublishRecorder
+from sidecar.routemap import Publishers, RouteLimits
+from sidecar.wire import Delivery, PublishOutcome
+from tests.fakes import Answer, FakeBroker, FakeChannel, FakeConnection
+from tests.fakes.route import CANONICAL, QUARANTINE, orders_route
 
-QUARANTINE = "acemq.quarantine"
-CANONICAL: dict[str, Any] = {
-    "x-acemq-id": "m-1",
-    "x-acemq-type": "order.placed",
-    "x-acemq-version": Int32(1),
-    "x-acemq-correlation": "m-1",
-    "x-acemq-attempt": Int32(1),
-    "x-acemq-first-seen": Int64(1_767_323_045_678),
-}
 DENIED = "ACCESS_REFUSED - access to exchange 'orders' in vhost '/' refused for user 'u'"
-
-
-@dataclass
-class Script:
-    """What the fake broker answers, publish after publish, on whichever channel."""
-
-    answers: list[Answer]
-    published: list[tuple[int, str]] = field(default_factory=list)  # (channel, exchange)
-    by_exchange: dict[str, Answer] | None = None  # instead of ``answers``: one per exchange
-    headers: list[dict[str, Any]] = field(default_factory=list)
-
-
-@dataclass
-class FakePublisher(PublishRecorder):
-    """A publish channel; a ChannelClosedError answer closes it, as the broker would."""
-
-    number: int
-    script: Script
-    is_open: bool = True
-
-    async def answer(self, publish: Publish) -> Answer:
-        """Give the next scripted answer."""
-        if not self.is_open:
-            raise ChannelLostError("channel closed")
-        self.script.published.append((self.number, publish.exchange))
-        self.script.headers.append(publish.headers)
-        await asyncio.sleep(0)
-        by_exchange = self.script.by_exchange
-        answer = (
-            self.script.answers.pop(0) if by_exchange is None else by_exchange[publish.exchange]
-        )
-        if isinstance(answer, ChannelClosedError):
-            self.is_open = False
-        return answer
-
-    async def close(self) -> None:
-        """Close the channel."""
-        self.is_open = False
-
-
-@dataclass
-class FakeConsumer:
-    """The channel the delivery came on: it acks, and ends when told."""
-
-    acked: list[int] = field(default_factory=list)
-    rejected: list[tuple[int, bool]] = field(default_factory=list)
-    is_open: bool = True
-    ended: asyncio.Event = field(default_factory=asyncio.Event)
-    consumer_cancelled: bool = False
-
-    async def consume(
-        self,
-        queue: str,
-        callback: Any,
-        *,
-        consumer_tag: str,
-        on_body_size: Callable[[int], None] | None = None,
-        max_in_flight_bytes: int | None = None,
-    ) -> None:
-        """Unused here."""
-        raise NotImplementedError
-
-    async def cancel(self, consumer_tag: str, *, on_sent: Callable[[], None] | None = None) -> bool:
-        """Unused here."""
-        raise NotImplementedError
-
-    def has_room(self) -> bool:
-        """Always: no byte budget here."""
-        return True
-
-    async def qos(self, prefetch_count: int) -> None:
-        """Unused here."""
-        raise NotImplementedError
-
-    async def ack(self, delivery_tag: int) -> bool:
-        """Record the ack while open."""
-        if not self.is_open:
-            return False
-        self.acked.append(delivery_tag)
-        return True
-
-    async def reject(self, delivery_tag: int, *, requeue: bool) -> bool:
-        """Record the reject while open."""
-        if not self.is_open:
-            return False
-        self.rejected.append((delivery_tag, requeue))
-        return True
-
-    async def wait_closed(self) -> str:
-        """Return once the broker took the channel away."""
-        await self.ended.wait()
-        return "delivery acknowledgement timed out"
-
-    async def close(self) -> None:
-        """Close the channel."""
-        self.is_open = False
-        self.ended.set()
-
-
-@dataclass
-class FakeConnection:
-    """Every channel() is a new publish channel on the one script."""
-
-    script: Script
-    is_open: bool = True
-    opened: list[FakePublisher] = field(default_factory=list)
-    blocked_reason: str | None = None
-
-    async def wait_unblocked(self) -> None:
-        """Never blocked here."""
-
-    async def wait_closed(self) -> BaseException | None:
-        """Unused here."""
-        raise NotImplementedError
-
-    async def check_queue(self, name: str) -> None:
-        """Unused here."""
-
-    async def check_exchange(self, name: str) -> None:
-        """Unused here."""
-
-    async def channel(self, *, prefetch: int) -> FakePublisher:
-        """A new publish channel."""
-        del prefetch
-        channel = FakePublisher(len(self.opened) + 1, self.script)
-        self.opened.append(channel)
-        return channel
-
-
-@dataclass
-class BlockedConnection(FakeConnection):
-    """A connection the broker blocked, until ``unblock``."""
-
-    blocked_reason: str | None = "low on memory"
-    unblocked: asyncio.Event = field(default_factory=asyncio.Event)
-
-    async def wait_unblocked(self) -> None:
-        """Return once unblocked."""
-        await self.unblocked.wait()
-
-    def unblock(self) -> None:
-        """The alarm clears."""
-        self.blocked_reason = None
-        self.unblocked.set()
 
 
 @dataclass
@@ -203,8 +44,9 @@ class Rig:
     stop: asyncio.Event
     connection: FakeConnection
     now: list[float]
+    broker: FakeBroker
 
-    async def settle(self, consumer: FakeConsumer, message: Delivery | None = None) -> None:
+    async def settle(self, consumer: FakeChannel, message: Delivery | None = None) -> None:
         """Settle one delivery consumed on ``consumer``."""
         await self.settler.settle(consumer, message or delivery())
 
@@ -232,42 +74,19 @@ def make_rig(
     answers: list[Answer],
     *,
     limits: RouteLimits | None = None,
-    connection: FakeConnection | None = None,
+    blocked: str | None = None,
     publishers: Publishers = Publishers.ACEMQ,
 ) -> Rig:
-    route = Route(
-        name="orders",
-        queue="staging.orders",
-        exchange="orders",
-        routing_key=None,
-        publishers=publishers,
-        origin=None,
-        mode=Mode.ENFORCE,
-        prefetch=8,
-        limits=limits or RouteLimits(),
-    )
-    registry = CollectorRegistry()
-    metrics = Metrics(registry, version="test", contract="1.1")
-    metrics.add_route("orders")
-    clock = Clock(now_ms=lambda: 1_790_000_000_000, monotonic=lambda: now[0])
-    log = RouteLog("orders")
-    state = RouteState("orders", metrics=metrics, log=log, clock=clock)
-    state.consuming(queue=route.queue, exchange=route.exchange)
+    orders = orders_route(publishers=publishers, limits=limits, monotonic=lambda: now[0])
+    state = orders.state
     stop = asyncio.Event()
-    context = RouteContext(
-        route=route,
-        quarantine_exchange=QUARANTINE,
-        login="sidecar",
-        metrics=metrics,
-        clock=clock,
-        new_id=lambda: "00000000-0000-4000-8000-000000000000",
-        rng=random.Random(1),
-    )
-    settler = Settler(context, state=state, log=log, stop=stop)
-    connection = connection or FakeConnection(Script(answers))
-    connection.script.answers = answers
-    settler.attach(connection, PublishLane(connection, stop=stop))  # type: ignore[arg-type]
-    return Rig(settler, state, registry, stop, connection, now)
+    settler = Settler(orders.context, state=state, log=orders.log, stop=stop)
+    broker = FakeBroker(answers=answers)
+    connection = broker.connection()
+    if blocked is not None:
+        connection.block(blocked)
+    settler.attach(connection, PublishLane(connection, stop=stop))
+    return Rig(settler, state, orders.registry, stop, connection, now, broker)
 
 
 def delivery(tag: int = 7, headers: dict[str, Any] | None = None) -> Delivery:
@@ -284,10 +103,10 @@ def delivery(tag: int = 7, headers: dict[str, Any] | None = None) -> Delivery:
 
 def test_the_fakes_are_what_the_relay_types_against() -> None:
     """The fakes satisfy the client's Protocols, so the tests exercise the typed face."""
-    script = Script([])
-    assert isinstance(FakePublisher(1, script), Publisher)
-    assert isinstance(FakeConsumer(), Consumer)
-    assert isinstance(FakeConnection(script), RelayConnection)
+    broker = FakeBroker()
+    assert isinstance(FakeChannel(broker, 1), Publisher)
+    assert isinstance(broker.consumer(), Consumer)
+    assert isinstance(broker.connection(), RelayConnection)
 
 
 async def test_a_403_on_the_shared_channel_is_tried_alone_then_quarantined(
@@ -296,11 +115,11 @@ async def test_a_403_on_the_shared_channel_is_tried_alone_then_quarantined(
     """The broker's words are the reason; the delivery is acked after the quarantine confirm."""
     refused = ChannelClosedError(403, DENIED)
     rig = make_rig(fake_time, [refused, ChannelClosedError(403, DENIED), PublishOutcome.CONFIRMED])
-    consumer = FakeConsumer()
+    consumer = rig.broker.consumer()
     await rig.settle(consumer)
     # shared channel 1, then alone on 2 (refused again), then the quarantine alone on 3
-    assert rig.connection.script.published == [(1, "orders"), (2, "orders"), (3, QUARANTINE)]
-    assert rig.connection.script.headers[2][ERROR] == (
+    assert rig.broker.published == [(1, "orders"), (2, "orders"), (3, QUARANTINE)]
+    assert rig.broker.headers[2][ERROR] == (
         f'the broker refused a publish to exchange "orders": 403 {DENIED}'
     )
     assert consumer.acked == [7]
@@ -316,9 +135,9 @@ async def test_a_refusal_that_was_another_publishes_relays_the_copy_alone(
     rig = make_rig(
         fake_time, [ChannelClosedError(406, "PRECONDITION_FAILED"), PublishOutcome.CONFIRMED]
     )
-    consumer = FakeConsumer()
+    consumer = rig.broker.consumer()
     await rig.settle(consumer)
-    assert rig.connection.script.published == [(1, "orders"), (2, "orders")]
+    assert rig.broker.published == [(1, "orders"), (2, "orders")]
     assert consumer.acked == [7]
     assert rig.sample("acemq_sidecar_messages_total", outcome="relayed") == 1
     assert rig.sample("acemq_sidecar_retried_copies_total") == 1  # the first may have routed
@@ -330,9 +149,9 @@ async def test_a_quarantine_copy_the_broker_refuses_too_is_dead_lettered(
     """max_message_size below the message: neither copy can be written; reject, not a loop."""
     too_big = ChannelClosedError(406, "PRECONDITION_FAILED - message size 2000 is larger")
     rig = make_rig(fake_time, [too_big, too_big, too_big])
-    consumer = FakeConsumer()
+    consumer = rig.broker.consumer()
     await rig.settle(consumer)
-    assert [exchange for _, exchange in rig.connection.script.published] == [
+    assert [exchange for _, exchange in rig.broker.published] == [
         "orders",
         "orders",
         QUARANTINE,
@@ -348,9 +167,9 @@ async def test_a_channel_error_that_may_pass_is_retried_on_a_new_channel(
     fake_time: list[float],
 ) -> None:
     rig = make_rig(fake_time, [ChannelClosedError(541, "INTERNAL_ERROR"), PublishOutcome.CONFIRMED])
-    consumer = FakeConsumer()
+    consumer = rig.broker.consumer()
     await rig.settle(consumer)
-    assert rig.connection.script.published == [(1, "orders"), (2, "orders")]
+    assert rig.broker.published == [(1, "orders"), (2, "orders")]
     assert consumer.acked == [7]
     assert rig.state.pause_reason is None  # resumed: nothing held
 
@@ -360,8 +179,6 @@ async def test_one_refusal_does_not_touch_the_other_deliveries(fake_time: list[f
 
     The refused one's close fails the other's publish, which is simply published again.
     """
-    script = Script([])
-    connection = FakeConnection(script)
     rig = make_rig(
         fake_time,
         [
@@ -370,9 +187,8 @@ async def test_one_refusal_does_not_touch_the_other_deliveries(fake_time: list[f
             ChannelClosedError(403, DENIED),  # tag 1 alone: its own refusal
             PublishOutcome.CONFIRMED,  # tag 1's quarantine
         ],
-        connection=connection,
     )
-    consumer = FakeConsumer()
+    consumer = rig.broker.consumer()
     first = asyncio.create_task(rig.settle(consumer, delivery(1)))
     await asyncio.sleep(0)
     # Tag 2 meets the closed shared channel: it is published again on a new one.
@@ -391,11 +207,11 @@ async def test_nacked_copies_are_retried_a_bounded_number_of_times_then_quaranti
     limits = RouteLimits(nack_max_attempts=3, nack_max_s=1000.0, consumer_timeout_s=3600.0)
     answers: list[Answer] = [*[PublishOutcome.NACKED] * 3, PublishOutcome.CONFIRMED]
     rig = make_rig(fake_time, answers, limits=limits)
-    consumer = FakeConsumer()
+    consumer = rig.broker.consumer()
     await rig.settle(consumer)
-    exchanges = [exchange for _, exchange in rig.connection.script.published]
+    exchanges = [exchange for _, exchange in rig.broker.published]
     assert exchanges == ["orders", "orders", "orders", QUARANTINE]
-    reason = rig.connection.script.headers[3][ERROR]
+    reason = rig.broker.headers[3][ERROR]
     assert "nacked" in reason
     assert "3 attempts" in reason
     assert consumer.acked == [7]
@@ -409,14 +225,14 @@ async def test_a_held_copy_goes_to_quarantine_before_the_consumer_timeout(
     """consumer_timeout 5 s: the target nacks for 2.5 s, then the original is quarantined."""
     limits = RouteLimits(nack_max_attempts=1000, nack_max_s=1000.0, consumer_timeout_s=5.0)
     rig = make_rig(fake_time, [], limits=limits)
-    rig.connection.script.by_exchange = {
+    rig.broker.by_exchange = {
         "orders": PublishOutcome.NACKED,
         QUARANTINE: PublishOutcome.CONFIRMED,
     }
-    consumer = FakeConsumer()
+    consumer = rig.broker.consumer()
     await rig.settle(consumer)
     assert fake_time[0] == pytest.approx(2.5)
-    assert rig.connection.script.published[-1][1] == QUARANTINE
+    assert rig.broker.published[-1][1] == QUARANTINE
     assert consumer.acked == [7]
 
 
@@ -431,7 +247,7 @@ async def test_a_quarantine_nobody_takes_is_dead_lettered_before_the_consumer_ti
         limits=limits,
         publishers=Publishers.APPS,
     )
-    consumer = FakeConsumer()
+    consumer = rig.broker.consumer()
     await rig.settle(consumer, delivery(7, {"x-acemq-tenant": "acme"}))
     assert fake_time[0] == pytest.approx(15.0)
     assert consumer.rejected == [(7, False)]
@@ -447,7 +263,7 @@ async def test_a_reject_on_a_channel_already_gone_leaves_the_delivery_to_the_bro
     rig = make_rig(
         fake_time, [PublishOutcome.RETURNED] * 100, limits=limits, publishers=Publishers.APPS
     )
-    consumer = FakeConsumer()
+    consumer = rig.broker.consumer()
     consumer.is_open = False
     await asyncio.wait_for(rig.settle(consumer, delivery(7, {"x-acemq-tenant": "acme"})), 5)
     assert consumer.rejected == []
@@ -459,15 +275,14 @@ async def test_nothing_is_published_while_the_broker_blocks_the_connection(
     fake_time: list[float],
 ) -> None:
     """Blocked: the route says the broker's reason; unblocked, the copy goes and is acked."""
-    connection = BlockedConnection(Script([]))
-    rig = make_rig(fake_time, [PublishOutcome.CONFIRMED], connection=connection)
-    consumer = FakeConsumer()
+    rig = make_rig(fake_time, [PublishOutcome.CONFIRMED], blocked="low on memory")
+    consumer = rig.broker.consumer()
     task = asyncio.create_task(rig.settle(consumer))
     for _ in range(20):
         await asyncio.sleep(0)
-    assert connection.script.published == []
+    assert rig.broker.published == []
     assert "low on memory" in str(rig.state.pause_reason)
-    connection.unblock()
+    rig.connection.unblock()
     await asyncio.wait_for(task, 5)
     assert consumer.acked == [7]
     assert rig.state.pause_reason is None
@@ -477,16 +292,15 @@ async def test_a_stop_while_blocked_lets_the_delivery_go_without_publishing(
     fake_time: list[float],
 ) -> None:
     """SIGTERM during an alarm: no copy is written that could arrive later as a duplicate."""
-    connection = BlockedConnection(Script([]))
-    rig = make_rig(fake_time, [PublishOutcome.CONFIRMED], connection=connection)
-    consumer = FakeConsumer()
+    rig = make_rig(fake_time, [PublishOutcome.CONFIRMED], blocked="low on memory")
+    consumer = rig.broker.consumer()
     task = asyncio.create_task(rig.settle(consumer))
     for _ in range(20):
         await asyncio.sleep(0)
     rig.state.stopping = True
     rig.stop.set()
     await asyncio.wait_for(task, 5)
-    assert connection.script.published == []
+    assert rig.broker.published == []
     assert consumer.acked == []
     assert rig.state.in_flight == 0
 
@@ -502,9 +316,9 @@ async def test_a_stop_during_a_hold_lets_go_and_counts_no_retried_copy(
         stop.set()
 
     monkeypatch.setattr(settler_module, "sleep_unless", stopped_meanwhile)
-    consumer = FakeConsumer()
+    consumer = rig.broker.consumer()
     await rig.settle(consumer)
-    assert rig.connection.script.published == [(1, "orders")]
+    assert rig.broker.published == [(1, "orders")]
     assert consumer.acked == []
     assert rig.sample("acemq_sidecar_retried_copies_total") == 0
     assert rig.state.held == 0

@@ -7,82 +7,23 @@ whether it acks, what it counts, and what the route's state says meanwhile.
 from __future__ import annotations
 
 import asyncio
-import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, cast
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
 
-from sidecar.amqp import ChannelLostError, MissingEntityError, RelayConnection
-from sidecar.clock import Clock
+from sidecar.amqp import ChannelLostError, MissingEntityError
 from sidecar.contract import ERROR, Publishers
 from sidecar.errors import WireError
-from sidecar.observe.metrics import Metrics
-from sidecar.observe.route_log import RouteLog
-from sidecar.relay.context import RouteContext
 from sidecar.relay.lane import PublishLane
 from sidecar.relay.settler import Settler
 from sidecar.relay.state import RouteState
-from sidecar.routemap import Mode, Route
-from sidecar.wire import Delivery, Int32, Int64, PublishOutcome
-from tests.unit.fake_publish import Answer, Publish, PublishRecorder
-
-QUARANTINE = "acemq.quarantine"
-CANONICAL: dict[str, Any] = {
-    "x-acemq-id": "m-1",
-    "x-acemq-type": "order.placed",
-    "x-acemq-version": Int32(1),
-    "x-acemq-correlation": "m-1",
-    "x-acemq-attempt": Int32(1),
-    "x-acemq-first-seen": Int64(1_767_323_045_678),
-}
-
-
-@dataclass
-class FakeChannel(PublishRecorder):
-    """Answers each publish from a script and records what was published and acked."""
-
-    answers: list[Answer]
-    published: list[dict[str, Any]] = field(default_factory=list)
-    acked: list[int] = field(default_factory=list)
-    is_open: bool = True
-    first_publish: asyncio.Event = field(default_factory=asyncio.Event)
-    connection_open: bool = True  # what the fake connection it comes from says
-
-    async def answer(self, publish: Publish) -> Answer:
-        """Record the publish and give the scripted answer."""
-        self.published.append(publish.as_dict())
-        self.first_publish.set()
-        return self.answers.pop(0)
-
-    async def ack(self, delivery_tag: int) -> bool:
-        """Record the ack."""
-        self.acked.append(delivery_tag)
-        return True
-
-    async def close(self) -> None:
-        """Close, as a channel does after an error it cannot settle."""
-        self.is_open = False
-
-
-@dataclass
-class OneChannelConnection:
-    """A connection whose every channel is the one fake: it publishes and acks alike."""
-
-    channel_: FakeChannel
-    blocked_reason: str | None = None
-
-    @property
-    def is_open(self) -> bool:
-        """Open while the fake channel says its connection is."""
-        return self.channel_.connection_open
-
-    async def channel(self, *, prefetch: int) -> FakeChannel:
-        """The fake channel, whatever the prefetch."""
-        del prefetch
-        return self.channel_
+from sidecar.routemap import Mode
+from sidecar.wire import Delivery, PublishOutcome
+from tests.fakes import Answer, FakeBroker, FakeChannel
+from tests.fakes.route import CANONICAL, QUARANTINE, orders_route
 
 
 @dataclass
@@ -94,11 +35,14 @@ class Rig:
     registry: CollectorRegistry
     stop: asyncio.Event
 
-    async def settle(self, channel: FakeChannel, message: Delivery) -> None:
+    async def settle(
+        self, channel: FakeChannel, message: Delivery, *, connection_open: bool = True
+    ) -> None:
         """Settle one delivery consumed and published on the fake channel."""
-        connection = cast("RelayConnection", OneChannelConnection(channel))  # a partial fake
+        connection = channel.broker.connection(one_channel=channel)
+        connection.is_open = connection_open
         self.settler.attach(connection, PublishLane(connection, stop=self.stop))
-        await self.settler.settle(channel, message)  # type: ignore[arg-type]
+        await self.settler.settle(channel, message)
 
     def count(self, outcome: str) -> float | None:
         """Return the route's messages_total for the outcome."""
@@ -108,35 +52,15 @@ class Rig:
 
 
 def make_rig(*, publishers: Publishers = Publishers.ACEMQ, mode: Mode = Mode.ENFORCE) -> Rig:
-    route = Route(
-        name="orders",
-        queue="staging.orders",
-        exchange="orders",
-        routing_key=None,
-        publishers=publishers,
-        origin=None,
-        mode=mode,
-        prefetch=8,
-    )
-    registry = CollectorRegistry()
-    metrics = Metrics(registry, version="test", contract="1.1")
-    metrics.add_route("orders")
-    clock = Clock(now_ms=lambda: 1_790_000_000_000, monotonic=lambda: 0.0)
-    log = RouteLog("orders")
-    state = RouteState("orders", metrics=metrics, log=log, clock=clock)
-    state.consuming(queue=route.queue, exchange=route.exchange)
+    orders = orders_route(publishers=publishers, mode=mode)
     stop = asyncio.Event()
-    context = RouteContext(
-        route=route,
-        quarantine_exchange=QUARANTINE,
-        login="sidecar",
-        metrics=metrics,
-        clock=clock,
-        new_id=lambda: "00000000-0000-4000-8000-000000000000",
-        rng=random.Random(1),
-    )
-    settler = Settler(context, state=state, log=log, stop=stop)
-    return Rig(settler=settler, state=state, registry=registry, stop=stop)
+    settler = Settler(orders.context, state=orders.state, log=orders.log, stop=stop)
+    return Rig(settler=settler, state=orders.state, registry=orders.registry, stop=stop)
+
+
+def one_channel(answers: list[Answer]) -> FakeChannel:
+    """A channel that consumes and publishes alike, answering from ``answers``."""
+    return FakeChannel(FakeBroker(answers=answers), 1)
 
 
 def delivery(headers: dict[str, Any] | None = None) -> Delivery:
@@ -153,9 +77,9 @@ def delivery(headers: dict[str, Any] | None = None) -> Delivery:
 
 async def test_a_confirmed_copy_is_acked_and_counted_relayed() -> None:
     rig = make_rig()
-    channel = FakeChannel([PublishOutcome.CONFIRMED])
+    channel = one_channel([PublishOutcome.CONFIRMED])
     await rig.settle(channel, delivery())
-    assert [p["exchange"] for p in channel.published] == ["orders"]
+    assert channel.exchanges == ["orders"]
     assert channel.acked == [7]
     assert rig.count("relayed") == 1
     assert rig.state.in_flight == 0
@@ -164,29 +88,13 @@ async def test_a_confirmed_copy_is_acked_and_counted_relayed() -> None:
 
 async def test_a_returned_copy_sends_the_original_to_quarantine_then_acks() -> None:
     rig = make_rig()
-    channel = FakeChannel([PublishOutcome.RETURNED, PublishOutcome.CONFIRMED])
+    channel = one_channel([PublishOutcome.RETURNED, PublishOutcome.CONFIRMED])
     await rig.settle(channel, delivery())
-    assert [p["exchange"] for p in channel.published] == ["orders", QUARANTINE]
-    assert channel.published[1]["routing_key"] == "orders"
-    assert channel.published[1]["headers"][ERROR].startswith("unroutable:")
+    assert channel.exchanges == ["orders", QUARANTINE]
+    assert channel.sent[1].routing_key == "orders"
+    assert channel.sent[1].headers[ERROR].startswith("unroutable:")
     assert channel.acked == [7]
     assert rig.count("quarantined") == 1
-
-
-@dataclass
-class FreshChannels:
-    """A connection whose every channel is a new fake, all answering from one script."""
-
-    answers: list[Answer]
-    opened: list[FakeChannel] = field(default_factory=list)
-    blocked_reason: str | None = None
-    is_open: bool = True
-
-    async def channel(self, *, prefetch: int) -> FakeChannel:
-        """A new fake channel sharing the script."""
-        del prefetch
-        self.opened.append(FakeChannel(self.answers))
-        return self.opened[-1]
 
 
 async def test_a_nacked_copy_is_held_then_retried_on_a_new_publish_channel() -> None:
@@ -196,8 +104,9 @@ async def test_a_nacked_copy_is_held_then_retried_on_a_new_publish_channel() -> 
     quorum queue's leader election, while a new channel is acked (docs/scaling.md).
     """
     rig = make_rig()
-    connection = FreshChannels([PublishOutcome.NACKED, PublishOutcome.CONFIRMED])
-    consumer = FakeChannel([])
+    broker = FakeBroker(answers=[PublishOutcome.NACKED, PublishOutcome.CONFIRMED])
+    connection = broker.connection()
+    consumer = broker.consumer()
     reasons: list[str | None] = []
     real_pause = rig.state.pause
 
@@ -206,12 +115,9 @@ async def test_a_nacked_copy_is_held_then_retried_on_a_new_publish_channel() -> 
         reasons.append(rig.state.pause_reason)
 
     rig.state.pause = pause  # type: ignore[method-assign]
-    rig.settler.attach(
-        cast("RelayConnection", connection),
-        PublishLane(cast("RelayConnection", connection), stop=rig.stop),
-    )
-    await rig.settler.settle(consumer, delivery())  # type: ignore[arg-type]
-    assert [[p["exchange"] for p in c.published] for c in connection.opened] == [
+    rig.settler.attach(connection, PublishLane(connection, stop=rig.stop))
+    await rig.settler.settle(consumer, delivery())
+    assert [c.exchanges for c in connection.opened] == [
         ["orders"],
         ["orders"],
     ]
@@ -227,10 +133,10 @@ async def test_a_nacked_copy_is_held_then_retried_on_a_new_publish_channel() -> 
 async def test_a_held_delivery_is_let_go_unacked_on_stop() -> None:
     """A quarantine nobody takes holds the delivery; a stop leaves it to the broker."""
     rig = make_rig(publishers=Publishers.APPS)
-    channel = FakeChannel([PublishOutcome.RETURNED] * 10)
+    channel = one_channel([PublishOutcome.RETURNED] * 10)
     message = delivery({**CANONICAL, "x-acemq-tenant": "acme"})
     task = asyncio.create_task(rig.settle(channel, message))
-    await asyncio.wait_for(channel.first_publish.wait(), 5)
+    await asyncio.wait_for(channel.broker.first_publish.wait(), 5)
     await asyncio.sleep(0)  # let the settler read the answer
     assert rig.state.held == 1
     assert "quarantine exchange" in str(rig.state.pause_reason)
@@ -244,18 +150,18 @@ async def test_a_held_delivery_is_let_go_unacked_on_stop() -> None:
 
 async def test_a_copy_that_cannot_be_encoded_goes_to_quarantine() -> None:
     rig = make_rig()
-    channel = FakeChannel([WireError("too big"), PublishOutcome.CONFIRMED])
+    channel = one_channel([WireError("too big"), PublishOutcome.CONFIRMED])
     await rig.settle(channel, delivery())
-    reason = channel.published[1]["headers"][ERROR]
+    reason = channel.sent[1].headers[ERROR]
     assert reason == "the normalised message cannot be encoded: too big"
     assert channel.acked == [7]
 
 
 async def test_a_quarantine_copy_too_big_for_its_headers_goes_with_the_reason_only() -> None:
     rig = make_rig(publishers=Publishers.APPS)
-    channel = FakeChannel([WireError("frame too large"), PublishOutcome.CONFIRMED])
+    channel = one_channel([WireError("frame too large"), PublishOutcome.CONFIRMED])
     await rig.settle(channel, delivery({"x-acemq-tenant": "acme"}))
-    second = channel.published[1]["headers"]
+    second = channel.sent[1].headers
     assert set(second) == {ERROR, "acemq-quarantined-from"}
     assert "the original headers could not be written: frame too large" in second[ERROR]
     assert channel.acked == [7]
@@ -263,16 +169,16 @@ async def test_a_quarantine_copy_too_big_for_its_headers_goes_with_the_reason_on
 
 async def test_an_unexpected_error_while_publishing_quarantines_the_message() -> None:
     rig = make_rig()
-    channel = FakeChannel([RuntimeError("boom"), PublishOutcome.CONFIRMED])
+    channel = one_channel([RuntimeError("boom"), PublishOutcome.CONFIRMED])
     await rig.settle(channel, delivery())
-    assert channel.published[1]["headers"][ERROR] == "internal error: RuntimeError('boom')"
+    assert channel.sent[1].headers[ERROR] == "internal error: RuntimeError('boom')"
     assert channel.acked == [7]
 
 
 async def test_a_lost_channel_leaves_the_delivery_to_the_broker() -> None:
     rig = make_rig()
-    channel = FakeChannel([ChannelLostError("connection reset")], connection_open=False)
-    await rig.settle(channel, delivery())
+    channel = one_channel([ChannelLostError("connection reset")])
+    await rig.settle(channel, delivery(), connection_open=False)
     assert channel.acked == []
     assert rig.state.pause_reason is None  # the worker, not the delivery, reports a lost channel
     assert rig.state.in_flight == 0
@@ -280,7 +186,7 @@ async def test_a_lost_channel_leaves_the_delivery_to_the_broker() -> None:
 
 async def test_a_missing_exchange_pauses_the_route_without_an_ack() -> None:
     rig = make_rig()
-    channel = FakeChannel([MissingEntityError(kind="exchange", name="orders")])
+    channel = one_channel([MissingEntityError(kind="exchange", name="orders")])
     await rig.settle(channel, delivery())
     assert channel.acked == []
     assert 'exchange "orders"' in str(rig.state.pause_reason)
@@ -289,9 +195,10 @@ async def test_a_missing_exchange_pauses_the_route_without_an_ack() -> None:
 async def test_a_failing_quarantine_closes_the_channel_for_a_redelivery() -> None:
     """A bug on the quarantine path must not spin: the channel closes, the broker redelivers."""
     rig = make_rig(publishers=Publishers.APPS)
-    channel = FakeChannel([RuntimeError("boom")])
+    channel = one_channel([RuntimeError("boom")])
     await rig.settle(channel, delivery({"x-acemq-tenant": "acme"}))
     assert channel.acked == []
+    assert channel.late == []
     assert not channel.is_open
     assert rig.state.pause_reason == "internal error; see the log"
 
@@ -299,7 +206,7 @@ async def test_a_failing_quarantine_closes_the_channel_for_a_redelivery() -> Non
 @pytest.mark.parametrize("mode", [Mode.ENFORCE, Mode.AUDIT])
 async def test_violations_are_counted_once_per_message(mode: Mode) -> None:
     rig = make_rig(mode=mode)
-    channel = FakeChannel([PublishOutcome.CONFIRMED])
+    channel = one_channel([PublishOutcome.CONFIRMED])
     await rig.settle(channel, delivery({"x-acemq-id": "m-1"}))
     defaulted = rig.registry.get_sample_value(
         "acemq_sidecar_violations_total",
@@ -312,11 +219,12 @@ async def test_violations_are_counted_once_per_message(mode: Mode) -> None:
 async def test_a_delivery_that_arrives_while_its_channel_closes_publishes_nothing() -> None:
     """Its ack would be refused and the broker would redeliver it: a copy now is a duplicate."""
     rig = make_rig()
-    publisher = FakeChannel([PublishOutcome.CONFIRMED])
-    closing = FakeChannel([], is_open=False)  # the consumer channel: our close sent
-    connection = cast("RelayConnection", OneChannelConnection(publisher))
+    broker = FakeBroker(answers=[PublishOutcome.CONFIRMED])
+    closing = broker.consumer(is_open=False)  # the consumer channel: our close sent
+    connection = broker.connection()
     rig.settler.attach(connection, PublishLane(connection, stop=rig.stop))
-    await rig.settler.settle(closing, delivery())  # type: ignore[arg-type]
-    assert publisher.published == []
+    await rig.settler.settle(closing, delivery())
+    assert broker.published == []
     assert closing.acked == []
+    assert closing.late == []
     assert rig.state.in_flight == 0

@@ -14,374 +14,25 @@ re-consume. The real broker's side of it is in tests/integration.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import random
 import re
 from collections import deque
-from collections.abc import Callable, Coroutine, Mapping
-from dataclasses import dataclass, field
-from types import MappingProxyType
-from typing import Any
+from collections.abc import Callable
 
 import pytest
 from prometheus_client import CollectorRegistry
 
-from sidecar.amqp import RelayChannel, RelayConnection, UndecodableTable
+from sidecar.amqp import RelayChannel, RelayConnection
 from sidecar.clock import Clock
 from sidecar.observe.metrics import Metrics
 from sidecar.relay.context import RouteContext
 from sidecar.relay.worker import RouteWorker
 from sidecar.routemap import Mode, Publishers, Route, RouteLimits
-from sidecar.wire import Body, Delivery, Int32, Int64, PublishOutcome
+from sidecar.wire import PublishOutcome
+from tests.fakes import FakeBroker, FakeChannel, FakeConnection
 
 KIB = 1024
-Callback = Callable[[Delivery], Coroutine[Any, Any, None]]
 BOUND_S = 10.0
-
-
-@dataclass
-class FakeConsumer:
-    """One ``basic.consume`` on a fake channel."""
-
-    prefetch: int
-    callback: Callback
-    on_body_size: Callable[[int], None] | None
-
-
-@dataclass
-class FakeBroker:
-    """A staging queue of body sizes and every channel opened on the fake connection."""
-
-    ready: deque[int]
-    channels: list[FakeChannel] = field(default_factory=list)
-    consuming: list[FakeChannel] = field(default_factory=list)  # those that consumed
-    calls: list[tuple[str, object]] = field(default_factory=list)  # consumer channels only
-    gates: dict[str, asyncio.Event] = field(default_factory=dict)  # op -> released
-    reached: dict[str, asyncio.Event] = field(default_factory=dict)  # op -> it began
-    seen: dict[str, int] = field(default_factory=dict)  # op -> times begun
-    from_nth: dict[str, int] = field(default_factory=dict)
-    acked: int = 0
-    requeued: int = 0
-    returned: int = 0  # sent to a consumer cancelled before they arrived
-    delivered: int = 0
-    confirm_cancel: bool = True
-    confirm_after_s: float = 0.0  # how long each publish waits for its confirm
-    nacking: frozenset[str] = frozenset()  # exchanges whose every publish is nacked
-    published: list[tuple[str, Mapping[str, Any]]] = field(default_factory=list)
-    transit_s: float = 0.0005  # from the queue to the channel, give or take a half
-    rng: random.Random = field(default_factory=lambda: random.Random(5))
-    peak_in_flight: int = 0
-    peak_bytes: int = 0
-    peak_read_bytes: int = 0  # what the client held, read and unsettled
-    peak_consumers: int = 0
-    ids: itertools.count[int] = field(default_factory=itertools.count)
-    all_acked: asyncio.Event = field(default_factory=asyncio.Event)
-    total: int = 0
-
-    def __post_init__(self) -> None:
-        self.total = len(self.ready)
-
-    async def gate(self, op: str) -> None:
-        """Say that ``op`` began; wait while the test holds it (from its nth time on)."""
-        self.seen[op] = seen = self.seen.get(op, 0) + 1
-        if seen >= self.from_nth.get(op, 1):
-            self.reached.setdefault(op, asyncio.Event()).set()
-            if (gate := self.gates.get(op)) is not None:
-                await gate.wait()
-        await asyncio.sleep(0)
-
-    def hold(self, op: str, *, nth: int = 1) -> asyncio.Event:
-        """Hold ``op`` half-way, from its ``nth`` time on, until the event returned is set."""
-        self.gates[op] = gate = asyncio.Event()
-        self.from_nth[op] = nth
-        return gate
-
-    def live_consumers(self) -> int:
-        """Consumers on open channels, as ``rabbitmqctl list_consumers`` would count them."""
-        return sum(len(c.consumers) for c in self.channels if c.is_open)
-
-    def dispatch(self) -> None:
-        """Deliver to every consumer with room, as the broker does, then note the peaks."""
-        for channel in self.channels:
-            if channel.is_open:
-                channel.dispatch()
-        self.note_peaks()
-
-    def note_peaks(self) -> None:
-        """Keep the most deliveries, bytes and consumers seen at once."""
-        in_flight = [size for c in self.channels if c.is_open for _, size in c.unacked.values()]
-        self.peak_in_flight = max(self.peak_in_flight, len(in_flight))
-        self.peak_bytes = max(self.peak_bytes, sum(in_flight))
-        self.peak_consumers = max(self.peak_consumers, self.live_consumers())
-
-
-@dataclass
-class FakeChannel:
-    """A confirm-mode channel: publishes are confirmed at once, consumers as the broker has."""
-
-    broker: FakeBroker
-    next_prefetch: int
-    is_open: bool = True
-    consumer_cancelled: bool = False
-    consumers: dict[str, FakeConsumer] = field(default_factory=dict)
-    unacked: dict[int, tuple[str, int]] = field(default_factory=dict)  # tag -> (consumer, size)
-    ended: asyncio.Event = field(default_factory=asyncio.Event)
-    reason: str = "channel closed"
-    tags: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
-    calls: list[tuple[str, object]] = field(default_factory=list)
-    transit: dict[str, int] = field(default_factory=dict)  # consumer -> sent, not arrived
-    live_at_close: int | None = None
-    budgets: list[int | None] = field(default_factory=list)  # each consume's byte budget
-    consuming: bool = False
-    # Sent by the broker, in order, not read by the client (its budget is full).
-    unread: deque[tuple[int, int, FakeConsumer]] = field(default_factory=deque)
-    read_bytes: int = 0  # the bodies read and not yet settled
-
-    def has_room(self) -> bool:
-        """Whether the client reads the next delivery: what it read and holds is in budget."""
-        budget = self.budgets[-1] if self.budgets else None
-        return budget is None or self.read_bytes < budget
-
-    def read(self) -> None:
-        """The client reads what waits, in order, while it has room."""
-        while self.unread and self.is_open and self.has_room():
-            delivery_tag, size, consumer = self.unread.popleft()
-            self.read_bytes += size
-            self.broker.peak_read_bytes = max(self.broker.peak_read_bytes, self.read_bytes)
-            if consumer.on_body_size is not None:
-                consumer.on_body_size(size)
-            message = next(self.broker.ids)
-            task = asyncio.get_running_loop().create_task(
-                consumer.callback(delivery(delivery_tag, message, size))
-            )
-            TASKS.add(task)
-            task.add_done_callback(TASKS.discard)
-
-    def record(self, op: str, arg: object) -> None:
-        """Keep what the route asked of this channel, and of all the consumer channels."""
-        self.calls.append((op, arg))
-        self.broker.calls.append((op, arg))
-
-    async def qos(self, prefetch_count: int) -> None:
-        """Set the prefetch of later consumers."""
-        self.record("qos", prefetch_count)
-        await self.broker.gate("qos")
-        self.next_prefetch = prefetch_count
-
-    async def consume(
-        self,
-        queue: str,
-        callback: Callback,
-        *,
-        consumer_tag: str,
-        on_body_size: Callable[[int], None] | None = None,
-        max_in_flight_bytes: int | None = None,
-    ) -> None:
-        """Start a consumer as the frame is sent; the test may hold back the consume-ok."""
-        del queue
-        self.budgets.append(max_in_flight_bytes)
-        assert self.is_open
-        assert consumer_tag not in self.consumers, f"tag {consumer_tag} reused on the channel"
-        if not self.consuming:  # a consumer channel from now on: its open counts too
-            self.consuming = True
-            self.broker.consuming.append(self)
-            self.broker.calls.append(self.calls[0])
-        self.record("consume", consumer_tag)
-        self.consumers[consumer_tag] = FakeConsumer(self.next_prefetch, callback, on_body_size)
-        asyncio.get_running_loop().call_soon(self.broker.dispatch)
-        await self.broker.gate("consume")
-
-    async def cancel(self, consumer_tag: str, *, on_sent: Callable[[], None] | None = None) -> bool:
-        """Cancel as the frame is sent; the cancel-ok comes after what waits unread.
-
-        The test may hold back the cancel-ok.
-        """
-        if self.consumer_cancelled:
-            return True
-        self.record("cancel", consumer_tag)
-        if on_sent is not None:
-            on_sent()
-        if not self.broker.confirm_cancel:
-            await asyncio.sleep(0)
-            return False
-        self.consumers.pop(consumer_tag, None)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 5.0  # the client's CLOSE_TIMEOUT_S
-        while self.unread:
-            if loop.time() > deadline or not self.is_open:
-                return False
-            await asyncio.sleep(0.001)
-        await self.broker.gate("cancel")
-        return True
-
-    def dispatch(self) -> None:
-        """Send to each consumer while it has credit: its prefetch less what it holds."""
-        loop = asyncio.get_running_loop()
-        for tag, consumer in self.consumers.items():
-            while self.broker.ready and self.holds(tag) < consumer.prefetch:
-                self.transit[tag] = self.transit.get(tag, 0) + 1
-                size = self.broker.ready.popleft()
-                transit_s = self.broker.transit_s * (0.5 + self.broker.rng.random())
-                loop.call_later(transit_s, self.arrive, tag, size)
-
-    def holds(self, tag: str) -> int:
-        """What a consumer uses of its credit: deliveries on their way, and unacked."""
-        unacked = sum(1 for owner, _ in self.unacked.values() if owner == tag)
-        return unacked + self.transit.get(tag, 0)
-
-    def arrive(self, tag: str, size: int) -> None:
-        """A delivery reaches the channel ``transit_s`` after the queue sent it.
-
-        For a tag cancelled meanwhile it goes back to the queue, as a quorum queue's
-        channel returns it (a delivery attempt spent); on a closed channel, requeued.
-        """
-        self.transit[tag] -= 1
-        consumer = self.consumers.get(tag)
-        if consumer is None or not self.is_open:
-            self.broker.ready.appendleft(size)
-            if self.is_open:
-                self.broker.returned += 1
-            else:
-                self.broker.requeued += 1
-            return
-        delivery_tag = next(self.tags)
-        self.unacked[delivery_tag] = (tag, size)
-        self.broker.delivered += 1
-        self.broker.note_peaks()
-        self.unread.append((delivery_tag, size, consumer))
-        self.read()
-
-    async def publish(
-        self,
-        body: Body,
-        *,
-        exchange: str,
-        routing_key: str,
-        properties: Mapping[str, Any],
-        headers: Mapping[str, Any] | UndecodableTable | None,
-        slow_after_s: float,
-        on_slow: Callable[[], None],
-        content_header: bytes | None = None,
-    ) -> PublishOutcome:
-        """Confirm after a turn of the loop, or the broker's confirm delay; or nack."""
-        del body, routing_key, properties, slow_after_s, on_slow, content_header
-        table = {} if headers is None or isinstance(headers, UndecodableTable) else dict(headers)
-        self.broker.published.append((exchange, table))
-        await asyncio.sleep(self.broker.confirm_after_s)
-        if exchange in self.broker.nacking:
-            return PublishOutcome.NACKED
-        return PublishOutcome.CONFIRMED
-
-    async def ack(self, delivery_tag: int) -> bool:
-        """Ack a delivery of any consumer of the channel, cancelled or not."""
-        if not self.is_open:
-            return False
-        _, size = self.unacked.pop(delivery_tag)
-        self.read_bytes -= size
-        asyncio.get_running_loop().call_soon(self.read)
-        self.broker.acked += 1
-        if self.broker.acked == self.broker.total:
-            self.broker.all_acked.set()
-        asyncio.get_running_loop().call_soon(self.broker.dispatch)
-        return True
-
-    async def reject(self, delivery_tag: int, *, requeue: bool) -> bool:
-        """Unused here."""
-        raise NotImplementedError
-
-    async def wait_closed(self) -> str:
-        """Return once closed, or once the broker cancelled the consumer."""
-        await self.ended.wait()
-        return self.reason
-
-    def cancelled_by_broker(self) -> None:
-        """The queue was deleted: every consumer of the channel is gone, the channel stays."""
-        self.consumer_cancelled = True
-        self.consumers.clear()
-        self.reason = "the broker cancelled the consumer"
-        self.ended.set()
-
-    def closed_by_broker(self, reason: str) -> None:
-        """The broker closes the channel (its channel.close): unacked deliveries go back."""
-        self.reason = reason
-        self.close_now()
-
-    async def close(self) -> None:
-        """Close: what is unacked goes back to the queue."""
-        self.close_now()
-
-    def close_now(self) -> None:
-        """Close at once: what is unacked goes back to the queue."""
-        if not self.is_open:
-            return
-        self.is_open = False
-        self.live_at_close = len(self.consumers)
-        self.broker.requeued += len(self.unacked)
-        self.broker.ready.extendleft(size for _, size in reversed(self.unacked.values()))
-        self.unacked.clear()
-        self.unread.clear()
-        self.read_bytes = 0
-        self.consumers.clear()
-        self.ended.set()
-        asyncio.get_running_loop().call_soon(self.broker.dispatch)
-
-
-TASKS: set[asyncio.Task[None]] = set()
-
-
-@dataclass
-class FakeConnection:
-    """Every channel() is a new fake channel; the second of each route open consumes."""
-
-    broker: FakeBroker
-    is_open: bool = True
-    blocked_reason: str | None = None
-    unblocked: asyncio.Event = field(default_factory=asyncio.Event)
-    closed: asyncio.Event = field(default_factory=asyncio.Event)
-
-    async def wait_closed(self) -> BaseException | None:
-        """Never, unless the test closes it."""
-        await self.closed.wait()
-        return None
-
-    async def wait_unblocked(self) -> None:
-        """Return once unblocked."""
-        await self.unblocked.wait()
-
-    async def check_queue(self, name: str) -> None:
-        """Every queue exists."""
-
-    async def check_exchange(self, name: str) -> None:
-        """Every exchange exists."""
-
-    async def channel(self, *, prefetch: int) -> FakeChannel:
-        """A new channel with the prefetch its first consumer takes."""
-        channel = FakeChannel(self.broker, prefetch)
-        self.broker.channels.append(channel)
-        channel.calls.append(("open", prefetch))
-        return channel
-
-
-CANONICAL: dict[str, Any] = {
-    "x-acemq-type": "order.placed",
-    "x-acemq-version": Int32(1),
-    "x-acemq-attempt": Int32(1),
-    "x-acemq-first-seen": Int64(1_767_323_045_678),
-}
-
-
-def delivery(tag: int, message: int, size: int) -> Delivery:
-    """A canonical delivery of ``size`` bytes."""
-    headers = {**CANONICAL, "x-acemq-id": f"m-{message}", "x-acemq-correlation": f"m-{message}"}
-    return Delivery(
-        delivery_tag=tag,
-        exchange="",
-        routing_key="order.placed",
-        redelivered=False,
-        properties=MappingProxyType({"message_id": f"m-{message}"}),
-        headers=MappingProxyType(headers),
-        body=b"x" * size,
-    )
 
 
 def worker(
@@ -747,7 +398,7 @@ async def test_after_the_broker_took_a_delivery_back_the_route_holds_one_half_as
     Held as long again, the delivery would be taken back again, and a quorum queue with
     a delivery limit would drop it.
     """
-    broker = FakeBroker(deque([KIB]), nacking=frozenset({"orders"}))
+    broker = FakeBroker(deque([KIB]), by_exchange={"orders": PublishOutcome.NACKED})
     connection = FakeConnection(broker)
     limits = RouteLimits(nack_max_attempts=1000, nack_max_s=3600)  # the timeout decides
     route = worker(prefetch=8, limits=limits)
@@ -759,7 +410,9 @@ async def test_after_the_broker_took_a_delivery_back_the_route_holds_one_half_as
     route.request_stop()
     async with asyncio.timeout(BOUND_S):
         await running
-    (quarantined,) = [h for exchange, h in broker.published if exchange == "acemq.quarantine"]
+    (quarantined,) = [
+        h for e, h in zip(broker.exchanges, broker.headers, strict=True) if e == "acemq.quarantine"
+    ]
     reason = str(quarantined["x-acemq-error"])
     assert "nacked" in reason, reason
     # The timeout it holds by: what it had held the first one (1.5 s and more), at most

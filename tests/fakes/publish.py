@@ -1,0 +1,80 @@
+"""The publish half of the client's ``Publisher`` for the unit tests' fake channels.
+
+``PublishRecorder.publish`` has the client's signature; a fake says what the broker
+answers to each publish in ``answer``. An exception answer is raised, as the client raises.
+The publish gate's probe (``sidecar.settle.publish_gate``) is confirmed at once and only counted
+(``probes``): the fakes' scripts answer the copies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sidecar.settle.publish_gate import PROBE_ROUTING_KEY
+from sidecar.wire import Body, PublishOutcome, UndecodableTable
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+Answer = PublishOutcome | Exception
+
+
+@dataclass(frozen=True)
+class Publish:
+    """One publish as the fake received it."""
+
+    body: Body
+    exchange: str
+    routing_key: str
+    properties: dict[str, Any]
+    headers: dict[str, Any]
+    slow_after_s: float
+    on_slow: Callable[[], None]
+    content_header: bytes | None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The publish's fields by name."""
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+
+class PublishRecorder:
+    """Gives a fake the client's ``publish``; the fake answers in :meth:`answer`."""
+
+    probes: int = 0  # the publish gate's probes it confirmed
+
+    async def publish(
+        self,
+        body: Body,
+        *,
+        exchange: str,
+        routing_key: str,
+        properties: Mapping[str, Any],
+        headers: Any,  # a mapping, an undecodable table or None, as the client takes
+        slow_after_s: float,
+        on_slow: Callable[[], None],
+        content_header: bytes | None = None,
+    ) -> PublishOutcome:
+        """Hand the publish to ``answer``; raise its answer if that is an exception."""
+        if routing_key == PROBE_ROUTING_KEY and exchange == "":
+            self.probes += 1
+            return PublishOutcome.CONFIRMED
+        answer = await self.answer(
+            Publish(
+                body,
+                exchange,
+                routing_key,
+                dict(properties),
+                {} if isinstance(headers, UndecodableTable) else dict(headers or {}),
+                slow_after_s,
+                on_slow,
+                content_header,
+            )
+        )
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    async def answer(self, publish: Publish) -> Answer:
+        """What the broker answers to ``publish``."""
+        raise NotImplementedError
