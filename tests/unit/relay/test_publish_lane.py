@@ -17,7 +17,7 @@ from sidecar.relay import lane as publish_lane
 from sidecar.relay.lane import PublishLane
 from sidecar.settle.publish_gate import PROBE_ROUTING_KEY
 from sidecar.wire import Body, PublishOutcome
-from tests.unit.fake_publish import Answer, Publish, PublishRecorder
+from tests.fakes.publish import Answer, Publish, PublishRecorder
 
 
 @dataclass(eq=False)
