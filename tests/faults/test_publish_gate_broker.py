@@ -20,11 +20,10 @@ from sidecar.settle.publish_gate import QUIET_S
 from tests.e2e.conftest import Sidecar, declare_quarantine, eventually, make_ids, publish_ids
 from tests.faults.private_node import PrivateNode, private_node
 from tests.faults.test_refusals import report, route, route_map, take_all
-from tests.support import Broker, open_broker
+from tests.support import Broker
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Iterator
-    from pathlib import Path
+    from collections.abc import Iterator
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -37,23 +36,6 @@ def node() -> Iterator[PrivateNode]:
     """A RabbitMQ node for this module alone, with RabbitMQ's defaults."""
     with private_node(NODE_NAME) as started:
         yield started
-
-
-@pytest.fixture
-async def nb(node: PrivateNode) -> AsyncIterator[Broker]:
-    """A test client on the private node, with self-deleting topology."""
-    async with open_broker(node.url) as client:
-        yield client
-
-
-@pytest.fixture
-async def sidecar_on_node(node: PrivateNode, tmp_path: Path) -> AsyncIterator[Sidecar]:
-    """A sidecar process on the private node, killed at teardown whatever happened."""
-    process = Sidecar(amqp_url=node.url, workdir=tmp_path)
-    try:
-        yield process
-    finally:
-        await process.kill()
 
 
 def _queue_process(queue: str, call: str) -> str:
