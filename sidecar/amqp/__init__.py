@@ -13,7 +13,8 @@ heartbeats), ``frame_reader`` (the bytes cut into frames, each to its channel),
 channel's state machine), ``channel`` (consume, publish, ack on it), ``inbound`` (its
 deliveries to the consumer, its returns to their publish), ``acks`` and ``confirms`` (its
 settlement bookkeeping), ``content`` (messages put together from their frames, as
-:mod:`sidecar.wire.delivery`'s values), ``codec`` (pamqp), ``protocols`` (what the relay needs).
+:mod:`sidecar.wire.delivery`'s values), ``stream`` (a body passed through in frames),
+``codec`` (pamqp), ``protocols`` (what the relay needs).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from sidecar.amqp.protocols import (
     RelayChannel,
     RelayConnection,
 )
+from sidecar.amqp.stream import BodyStream
 from sidecar.errors import (
     BrokerConnectionError,
     ChannelClosedError,
@@ -43,6 +45,7 @@ from sidecar.wire import Delivery, PublishOutcome, UndecodableTable
 
 __all__ = [
     "AckChannel",
+    "BodyStream",
     "BrokerConnectionError",
     "Channel",
     "ChannelClosedError",

@@ -3,15 +3,12 @@
 On top of a channel's life (:mod:`sidecar.amqp.lifecycle`): only an open channel
 publishes and acks; a closing one still hands over the deliveries already on the wire
 (their acks are refused, and the broker redelivers them). Acks made in one turn leave
-together (:mod:`sidecar.amqp.acks`); publishes are settled by the broker's confirms and
-returns (:mod:`sidecar.amqp.confirms`); deliveries and returns, as they come in, go to
-their consumer and their publish (:mod:`sidecar.amqp.inbound`). The hot frames come from
-:mod:`sidecar.wire.frames`, the write from the link.
-
-While the broker pauses the channel (``channel.flow``), a publish waits before sending. A
-consumer the broker cancels (its queue deleted) ends ``wait_closed`` but not the channel:
-``consumer_cancelled`` says so, and what is in flight can still be published, confirmed
-and acked before the owner closes it.
+together (:mod:`sidecar.amqp.acks`); publishing is :mod:`sidecar.amqp.publishing`'s;
+deliveries and returns, as they come in, go to their consumer and their publish
+(:mod:`sidecar.amqp.inbound`); a body over ``max_body_bytes`` passes through
+(``passing_body``, :mod:`sidecar.amqp.stream`). A consumer the broker cancels (its queue
+deleted) ends ``wait_closed`` but not the channel: ``consumer_cancelled`` says so, and
+what is in flight can still be published, confirmed and acked before the owner closes it.
 
 Delivery tags belong to the channel, not to a consumer: after our own ``cancel`` the
 deliveries already received stay unacked on the channel and are acked or rejected as any
@@ -26,11 +23,15 @@ from typing import TYPE_CHECKING, Any
 
 from sidecar.amqp import codec
 from sidecar.amqp.acks import Acks
-from sidecar.amqp.confirms import NOT_FOUND, Confirms
+from sidecar.amqp.confirms import NOT_FOUND
 from sidecar.amqp.inbound import Inbound
-from sidecar.amqp.lifecycle import CLOSE_TIMEOUT_S, ChannelLife, ChannelState
-from sidecar.contract import ID
-from sidecar.errors import ChannelClosedError, ChannelLostError, MissingEntityError, WireError
+from sidecar.amqp.lifecycle import CLOSE_TIMEOUT_S, ChannelState
+from sidecar.amqp.publishing import PublishingChannel
+from sidecar.errors import (
+    ChannelClosedError,
+    ChannelLostError,
+    MissingEntityError,
+)
 from sidecar.wire import (
     BASIC_ACK,
     BASIC_CANCEL,
@@ -38,36 +39,27 @@ from sidecar.wire import (
     BASIC_NACK,
     BASIC_RETURN,
     PublishOutcome,
-    UndecodableTable,
     parse_confirm,
     parse_deliver,
     parse_return,
-    publish_frames,
-    publish_parts,
 )
-from sidecar.wire import content_header as encode_content_header
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Coroutine, Mapping
+    from collections.abc import Callable, Coroutine
 
     from sidecar.amqp.lifecycle import ChannelLink
-    from sidecar.contract import PropertyValue
-    from sidecar.wire import Body, Delivery, FieldValue, UnreadHeader
+    from sidecar.amqp.stream import BodyStream
+    from sidecar.wire import Delivery, UnreadHeader
 
-__all__ = ["WHOLE_BODY_MAX", "Channel"]
-
-# A publish whose body is larger than this is written in parts (views of the body) rather
-# than joined into one bytes object with its frames: a second copy of the body.
-WHOLE_BODY_MAX = 65_536
+__all__ = ["Channel"]
 
 
-class Channel(ChannelLife):
+class Channel(PublishingChannel):
     """One AMQP channel in confirm mode: consume, publish mandatory, ack."""
 
     def __init__(self, link: ChannelLink, number: int) -> None:
         super().__init__(link, number)
         self._acks = Acks(number, loop=link.loop, write=link.write)
-        self._confirms = Confirms(link.loop)
         self._inbound = Inbound(
             self, loop=link.loop, acks=self._acks, confirms=self._confirms, room=link.resume_reading
         )
@@ -90,6 +82,7 @@ class Channel(ChannelLife):
         consumer_tag: str,
         on_body_size: Callable[[int], None] | None = None,
         max_in_flight_bytes: int | None = None,
+        max_body_bytes: int | None = None,
     ) -> None:
         """Start consuming ``queue``; ``callback`` runs as its own task per delivery.
 
@@ -97,9 +90,16 @@ class Channel(ChannelLife):
         arrives, before the body does (from the frame handler: it must be quick and must
         not raise). While the deliveries not acked or rejected hold ``max_in_flight_bytes``
         of body, the connection reads nothing more: never more than that plus one message.
-        All three apply to every delivery on the channel from now on, whatever its tag.
+        A body over ``max_body_bytes`` is not held: its delivery carries an ``UnreadBody``
+        and its frames wait for ``passing_body``'s stream to be published or discarded.
+        All of them apply to every delivery on the channel from now on, whatever its tag.
         """
-        self._inbound.consume(callback, on_body_size=on_body_size, budget_bytes=max_in_flight_bytes)
+        self._inbound.consume(
+            callback,
+            on_body_size=on_body_size,
+            budget_bytes=max_in_flight_bytes,
+            max_body_bytes=max_body_bytes,
+        )
         try:
             await self.rpc(codec.basic_consume(queue, consumer_tag=consumer_tag))
         except ChannelClosedError as e:
@@ -134,60 +134,13 @@ class Channel(ChannelLife):
         """
         await self.rpc(codec.basic_qos(prefetch_count))
 
-    async def publish(
-        self,
-        body: Body,
-        *,
-        exchange: str,
-        routing_key: str,
-        properties: Mapping[str, PropertyValue],
-        headers: Mapping[str, FieldValue] | UndecodableTable | None,
-        slow_after_s: float,
-        on_slow: Callable[[], None],
-        content_header: bytes | None = None,
-    ) -> PublishOutcome:
-        """Publish mandatory and wait for the broker's confirm; never a fire-and-forget.
+    def passing_body(self, delivery_tag: int) -> BodyStream | None:
+        """Return the body stream of a delivery over ``max_body_bytes``, once; else None.
 
-        ``content_header`` (a delivery's, for the same body) is sent instead of encoding
-        ``properties`` and ``headers``, which must then be what it holds.
-
-        There is no give-up timeout: a publish already sent may still be confirmed, so
-        sending it again would duplicate it. After ``slow_after_s`` ``on_slow`` is called
-        once, and the wait goes on until the confirm, a nack, a return or the channel's end;
-        while the broker pauses the channel (``channel.flow``) the publish waits unsent.
-        Raises :class:`WireError` before sending anything when the wire cannot carry it
-        (a received content header over our frame size too: the broker would close the
-        connection for it).
+        Its frames hold the connection's reading until it is published or discarded
+        (acking or rejecting the delivery discards it).
         """
-        header, data, acemq_id = _publish_frames(
-            self.number,
-            self._link.frame_max,
-            body,
-            exchange=exchange,
-            routing_key=routing_key,
-            properties=properties,
-            headers=headers,
-            content_header=content_header,
-        )
-        if not self.is_open:
-            raise self._refusal()
-        slow = self._loop.call_later(slow_after_s, on_slow)
-        try:
-            if not self.is_flowing:
-                await self.wait_flowing()
-                if not self.is_open:
-                    raise self._refusal()
-            future = self._confirms.track(
-                exchange=exchange,
-                routing_key=routing_key,
-                header=header,
-                body=body,
-                acemq_id=acemq_id,
-            )
-            self._link.write(data)  # a large body's in parts, never joined
-            return await future
-        finally:
-            slow.cancel()
+        return self._inbound.passing_body(delivery_tag)
 
     async def ack(self, delivery_tag: int) -> bool:
         """Ack one delivery; False when the channel is not open (the broker will redeliver).
@@ -215,6 +168,10 @@ class Channel(ChannelLife):
         return True
 
     def _before_close(self) -> None:
+        if self._pass_on.stream is not None and self.is_open:
+            # A close now would fall inside a message's content: a connection error.
+            self._pass_on.give_up()
+            return
         self._acks.flush()  # the acks already made leave before the close
         self._link.resume_reading()  # closing: its budget holds the reading no more
 
@@ -245,9 +202,9 @@ class Channel(ChannelLife):
         """Handle a content header frame: the properties of the pending delivery or return."""
         self._inbound.on_header(payload)
 
-    def on_body(self, payload: memoryview) -> None:
-        """Handle a content body frame."""
-        self._inbound.on_body(payload)
+    def on_body(self, payload: memoryview) -> bool:
+        """Handle a content body frame; False when it must wait (a body passing through)."""
+        return self._inbound.on_body(payload)
 
     def has_room(self) -> bool:
         """Whether the link may read the next delivery (see ``consume``); closing, always."""
@@ -261,44 +218,3 @@ class Channel(ChannelLife):
         self._confirms.fail(error)
         self._acks.stop()
         self._inbound.settle_all()
-
-
-def _publish_frames(
-    number: int,
-    frame_max: int,
-    body: Body,
-    *,
-    exchange: str,
-    routing_key: str,
-    properties: Mapping[str, PropertyValue],
-    headers: Mapping[str, FieldValue] | UndecodableTable | None,
-    content_header: bytes | None,
-) -> tuple[bytes, bytes | list[bytes | memoryview], object]:
-    """Return a publish's content header, its frames, and the ``x-acemq-id`` it carries.
-
-    The frames of a body over ``WHOLE_BODY_MAX`` are parts whose body frames are views of
-    ``body``: the body is not copied on its way to the socket.
-
-    ``content_header`` is sent as it is when given; else ``properties`` and ``headers`` are
-    encoded. Raises :class:`WireError` when the header does not fit in one frame.
-    """
-    if content_header is None:
-        content_header = encode_content_header(
-            properties, headers, body_size=len(body), frame_max=frame_max
-        )
-    elif len(content_header) > frame_max - 8:
-        raise WireError(
-            f"the message's content header takes {len(content_header)} bytes, over the"
-            f" broker's frame size of {frame_max}"
-        )
-    encode = publish_parts if len(body) > WHOLE_BODY_MAX else publish_frames
-    data = encode(
-        number,
-        exchange=exchange,
-        routing_key=routing_key,
-        body=body,
-        content_header=content_header,
-        frame_max=frame_max,
-    )
-    acemq_id = headers.get(ID) if headers and not isinstance(headers, UndecodableTable) else None
-    return content_header, data, acemq_id

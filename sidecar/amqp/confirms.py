@@ -8,7 +8,8 @@ A return is matched by what a broker never changes: the exchange, the routing ke
 body and the sidecar's own ``x-acemq-id``. A broker may add headers on the way (RabbitMQ's
 message interceptors stamp a timestamp or the routing node), so the content header's bytes
 only break a tie; then, as RabbitMQ returns in publish order on a channel and before the
-confirm, the earliest unconfirmed candidate is the one.
+confirm, the earliest unconfirmed candidate is the one. A body that was passed through
+(``through``: its size) is not held to compare: its return is matched by its size.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class _Publish:
     header: bytes  # the content header's payload as sent
     body: Body
     acemq_id: object  # the x-acemq-id header as sent, None without one
+    through: int = 0  # the size of a body passed through (``body`` is empty then)
     returned: bool = False
 
 
@@ -59,20 +61,34 @@ class Confirms:
         header: bytes,
         body: Body,
         acemq_id: object = None,
+        through: int = 0,
     ) -> asyncio.Future[PublishOutcome]:
-        """Take the next delivery tag for a publish about to be sent; return its outcome."""
+        """Take the next delivery tag for a publish about to be sent; return its outcome.
+
+        ``through``: the size of a body passed through in frames (``body`` is empty).
+        """
         self._next_tag += 1
         future: asyncio.Future[PublishOutcome] = self._loop.create_future()
         self._unconfirmed[self._next_tag] = _Publish(
-            future, exchange, routing_key, header, body, acemq_id
+            future, exchange, routing_key, header, body, acemq_id, through
         )
         return future
 
-    def mark_returned(self, method: BasicReturn, header: ContentHeader, body: Body) -> bool:
+    def passed_through(self, method: BasicReturn, body_size: int) -> bool:
+        """Whether a return of this size is for a publish whose body was passed through."""
+        return any(
+            publish.through == body_size
+            and publish.routing_key == method.routing_key
+            and publish.exchange == method.exchange
+            for publish in self._unconfirmed.values()
+        )
+
+    def mark_returned(self, method: BasicReturn, header: ContentHeader, body: Body | None) -> bool:
         """Mark the publish a return is for; False when it matches none in flight.
 
         The candidates are the unconfirmed publishes, not yet returned, to the same
-        exchange and routing key with the same body and ``x-acemq-id`` (or none). Of those,
+        exchange and routing key with the same body (``None``: one passed through, of the
+        same size) and ``x-acemq-id`` (or none). Of those,
         one with the very content header bytes wins (two copies that differ only in a
         header a headers exchange routes by); else the earliest, by RabbitMQ's order. Two
         candidates alike in all of that are the same message to the relay.
@@ -85,7 +101,11 @@ class Confirms:
             if not publish.returned
             and publish.routing_key == method.routing_key
             and publish.exchange == method.exchange
-            and publish.body == body
+            and (
+                publish.through == header.body_size
+                if body is None
+                else not publish.through and publish.body == body
+            )
             and publish.acemq_id == returned_id
         ]
         if not candidates:

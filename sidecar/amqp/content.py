@@ -8,15 +8,19 @@ one too large to read (the frame reader passed over it): its delivery carries an
 :class:`UnreadHeader` and the body, no properties and no headers. Frames out of order are
 an :class:`UnexpectedFrameError` (505), body frames past the size the header announced a
 :class:`FrameError`. A body is held once: the body frames are copied, as they arrive, into
-one buffer of the announced size, which the delivery then carries. No I/O.
+one buffer of the announced size, which the delivery then carries. A body the channel
+passes through (``passes``: over its consumer's ``max_body_bytes``, or a return of a body
+it published that way) is not held at all: the message is whole at its header, with a
+:class:`~sidecar.amqp.stream.BodyStream` that the body frames are fed to. No I/O.
 """
 
 from __future__ import annotations
 
 import struct
 from types import MappingProxyType
-from typing import Final, NamedTuple
+from typing import TYPE_CHECKING, Final, NamedTuple
 
+from sidecar.amqp.stream import BodyStream
 from sidecar.amqp.violations import FrameError, UnexpectedFrameError
 from sidecar.errors import WireError
 from sidecar.wire import (
@@ -26,15 +30,23 @@ from sidecar.wire import (
     ContentHeader,
     Delivery,
     UndecodableTable,
+    UnreadBody,
     UnreadHeader,
     parse_content_header,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = ["Content", "ContentReader", "delivery_of"]
 
 
 def delivery_of(
-    method: BasicDeliver, header: ContentHeader, body: Body, unread: UnreadHeader | None = None
+    method: BasicDeliver,
+    header: ContentHeader,
+    body: Body,
+    unread: UnreadHeader | None = None,
+    unread_body: UnreadBody | None = None,
 ) -> Delivery:
     """Return the delivery a ``basic.deliver`` and its content made."""
     raw = header.headers
@@ -48,6 +60,7 @@ def delivery_of(
         body=body,
         undecodable=raw if isinstance(raw, UndecodableTable) else None,
         unread_header=unread,
+        unread_body=unread_body,
         content_header=header.payload,
     )
 
@@ -59,18 +72,28 @@ class Content(NamedTuple):
     header: ContentHeader
     body: Body
     unread: UnreadHeader | None = None  # the header was too large to read: it is empty
+    stream: BodyStream | None = None  # the body passes through: ``body`` is empty
 
 
 class ContentReader:
     """Puts a delivery or a return together from its method, header and body frames."""
 
-    def __init__(self, number: int) -> None:
+    def __init__(
+        self,
+        number: int,
+        *,
+        passes: Callable[[BasicDeliver | BasicReturn, int], bool],
+        resume: Callable[[], None],
+    ) -> None:
         self._number = number
+        self._passes = passes  # whether a message of this body size passes through
+        self._resume = resume  # the link reads on: a stream's frames are taken again
         self._method: BasicDeliver | BasicReturn | None = None
         self._header: ContentHeader | None = None
         self._unread: UnreadHeader | None = None
         self._body = bytearray()  # the body being received, at its announced size
         self._received = 0
+        self.stream: BodyStream | None = None  # the body passing through now
         # The body size the last delivery's content header announced (None after a
         # return's): known before the body frames arrive.
         self.announced: int | None = None
@@ -104,8 +127,37 @@ class ContentReader:
         self.announced = header.body_size if isinstance(self._method, BasicDeliver) else None
         if header.body_size == 0:
             return self._finish(b"")
+        assert self._method is not None  # noqa: S101 - checked by _expect_header
+        if self._passes(self._method, header.body_size):
+            self.stream = BodyStream(header.body_size, resume=self._resume)
+            return Content(self._method, header, b"", self._unread, self.stream)
         self._body = bytearray(header.body_size)
         return None
+
+    def pass_through(self, payload: memoryview) -> bool:
+        """Feed a body frame to the stream; False when it is not taken now (it waits)."""
+        stream = self.stream
+        assert stream is not None  # noqa: S101 - the caller checks
+        end = self._received + len(payload)
+        if end > stream.size:
+            raise FrameError(
+                f"channel {self._number}: body frames of {end} bytes or more, over the"
+                f" {stream.size} its content header announced"
+            )
+        if not stream.feed(payload):
+            return False
+        self._received = end
+        if end == stream.size:
+            self.stream = None
+            self._finish(b"")
+            stream.end(whole=True)
+        return True
+
+    def cut_off(self) -> None:
+        """End the stream on its way, if any: the channel ended before its last byte."""
+        if (stream := self.stream) is not None:
+            self.stream = None
+            stream.end(whole=False)
 
     def on_body(self, payload: memoryview) -> Content | None:
         """Take a body frame; return the message once its body is whole."""

@@ -8,7 +8,9 @@ A content header over ``HEADER_FRAME_MAX`` is passed over, its bytes dropped as 
 arrive, and its channel told its size (``on_unread_header``). A channel whose deliveries
 hold their budget of bytes (``has_room`` false) holds the reader at its next content
 header until the link feeds it again, so a route's bytes in flight stay within its budget
-plus one message (docs/memory.md). Body frames are views of the bytes read, not copies.
+plus one message (docs/memory.md); so does a body frame its channel does not take now (a
+body passing through, ``on_body`` false). Body frames are views of the bytes read, not
+copies.
 
 A frame it cannot read raises :class:`WireError` (a :class:`FrameError` with its reply
 code); the link closes the connection for it. No I/O: the link feeds it.
@@ -65,8 +67,11 @@ class ChannelEnd(Protocol):
     def on_header(self, payload: bytes) -> None:
         """Handle a content header frame."""
 
-    def on_body(self, payload: memoryview) -> None:
-        """Handle a content body frame: a view of the bytes read, valid during the call."""
+    def on_body(self, payload: memoryview) -> bool:
+        """Handle a content body frame (a view valid during the call); False: not taken now.
+
+        A frame not taken holds the reader at it until the link feeds it again.
+        """
 
     def has_room(self) -> bool:
         """Whether the channel takes another message now (its bytes in flight are in budget)."""
@@ -197,8 +202,11 @@ class FrameReader:
             if buffer[end] != FRAME_END:
                 raise FrameError(f"frame on channel {number} lacks its frame-end octet")
             if kind == FRAME_BODY:
-                if channel := owners.channels.get(number):
-                    channel.on_body(view[at + 7 : end])
+                if (channel := owners.channels.get(number)) and not channel.on_body(
+                    view[at + 7 : end]
+                ):
+                    self.held = True
+                    return at
             elif kind == FRAME_METHOD:
                 self._on_method(number, buffer[at + 7 : end], buffer, at)
             elif kind == FRAME_HEADER:

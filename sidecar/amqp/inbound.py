@@ -7,9 +7,12 @@ expected by the channel's acks and handed to the consumer's callback as a task o
 none is handed over once the channel is closed (the broker redelivers it). The bytes of
 the deliveries not yet settled (acked, rejected, or given back with the channel) are
 counted against the channel's budget, if it has one, from each content header on. A
-return marks
-the publish it is for (:class:`~sidecar.amqp.confirms.Confirms`); one that matches none
-closes the channel, so that every unconfirmed publish is redelivered.
+delivery whose body is over the consumer's ``max_body_bytes`` is handed over at its header
+with its body passing through (:mod:`sidecar.amqp.stream`; ``passing_body`` gives the
+stream to the publish that takes it): not held, not counted. A return marks the publish it
+is for (:class:`~sidecar.amqp.confirms.Confirms`); one that matches none closes the
+channel, so that every unconfirmed publish is redelivered. The return of a body that was
+published passing through is not held either: its frames are dropped as they come.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from sidecar.amqp.content import Content, ContentReader, delivery_of
 from sidecar.amqp.lifecycle import ChannelState
-from sidecar.wire import BasicDeliver, BasicReturn
+from sidecar.wire import BasicDeliver, BasicReturn, UnreadBody
 
 if TYPE_CHECKING:
     import asyncio
@@ -27,6 +30,7 @@ if TYPE_CHECKING:
 
     from sidecar.amqp.acks import Acks
     from sidecar.amqp.confirms import Confirms
+    from sidecar.amqp.stream import BodyStream
     from sidecar.wire import Delivery, UnreadHeader
 
 __all__ = ["Inbound", "InboundChannel"]
@@ -63,12 +67,14 @@ class Inbound:
         self._loop = loop
         self._acks = acks
         self._confirms = confirms
-        self._content = ContentReader(channel.number)
+        self._content = ContentReader(channel.number, passes=self._passes, resume=room)
         self._callback: Callable[[Delivery], Coroutine[Any, Any, None]] | None = None
         self._on_body_size: Callable[[int], None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._room = room  # called when a settlement made room under the budget
         self.budget_bytes: int | None = None  # no more is read while this much is unsettled
+        self.max_body_bytes: int | None = None  # a larger body passes through, not held
+        self._streams: dict[int, BodyStream] = {}  # passing through, by delivery tag
         self.held_bytes = 0  # the body sizes of the deliveries received and not settled
         self._sizes: dict[int, int] = {}  # by delivery tag
         self._tag = 0  # the pending delivery's
@@ -79,15 +85,28 @@ class Inbound:
         *,
         on_body_size: Callable[[int], None] | None,
         budget_bytes: int | None = None,
+        max_body_bytes: int | None = None,
     ) -> None:
         """Hand every delivery from now on to ``callback``, its body size to ``on_body_size``.
 
         ``budget_bytes``: read no further content while the deliveries unsettled hold this
-        many bytes of body (see ``has_room``).
+        many bytes of body (see ``has_room``). ``max_body_bytes``: a larger body passes
+        through (its size is not told to ``on_body_size``).
         """
         self._callback = callback
         self._on_body_size = on_body_size
         self.budget_bytes = budget_bytes
+        self.max_body_bytes = max_body_bytes
+
+    def _passes(self, method: BasicDeliver | BasicReturn, body_size: int) -> bool:
+        if isinstance(method, BasicReturn):
+            return self._confirms.passed_through(method, body_size)
+        limit = self.max_body_bytes
+        return limit is not None and body_size > limit
+
+    def passing_body(self, delivery_tag: int) -> BodyStream | None:
+        """Return the stream of a delivery whose body passes through, once; else None."""
+        return self._streams.pop(delivery_tag, None)
 
     def has_room(self) -> bool:
         """Whether another delivery may be read now: the bytes unsettled are under budget."""
@@ -96,6 +115,8 @@ class Inbound:
 
     def settled(self, delivery_tag: int) -> None:
         """Count a delivery's bytes out (acked or rejected); call ``room`` if that made room."""
+        if self._streams and (stream := self._streams.pop(delivery_tag, None)) is not None:
+            stream.discard()  # settled without a publish taking its body
         size = self._sizes.pop(delivery_tag, 0)
         if size:
             full = not self.has_room()
@@ -107,6 +128,8 @@ class Inbound:
         """Count every delivery's bytes out (the channel ended: the broker has them back)."""
         self._sizes.clear()
         self.held_bytes = 0
+        self._content.cut_off()
+        self._streams.clear()
         self._room()
 
     def begin(self, method: BasicDeliver | BasicReturn) -> None:
@@ -124,6 +147,9 @@ class Inbound:
         self._took_header(self._content.on_unread_header(unread, body_size=body_size))
 
     def _took_header(self, content: Content | None) -> None:
+        if content is not None and content.stream is not None:
+            self._complete(content)
+            return
         if (size := self._content.announced) is not None:
             if size:
                 self._sizes[self._tag] = size
@@ -133,19 +159,33 @@ class Inbound:
         if content is not None:
             self._complete(content)
 
-    def on_body(self, payload: memoryview) -> None:
-        """Take a body frame of the pending message."""
-        if (content := self._content.on_body(payload)) is not None:
+    def on_body(self, payload: memoryview) -> bool:
+        """Take a body frame of the pending message; False when it must wait (see stream)."""
+        reader = self._content
+        if reader.stream is not None:
+            return reader.pass_through(payload)
+        if (content := reader.on_body(payload)) is not None:
             self._complete(content)
+        return True
 
     def _complete(self, content: Content) -> None:
-        method = content.method
+        method, stream = content.method, content.stream
         if isinstance(method, BasicReturn):
+            if stream is not None:
+                stream.discard()
             self._on_return(content, method)
         elif self._callback is not None and self._channel.state is not ChannelState.CLOSED:
             self._acks.expect(method.delivery_tag)
-            delivery = delivery_of(method, content.header, content.body, content.unread)
+            unread_body = None
+            if stream is not None:
+                self._streams[method.delivery_tag] = stream
+                unread_body = UnreadBody(size=stream.size, limit=self.max_body_bytes or 0)
+            delivery = delivery_of(
+                method, content.header, content.body, content.unread, unread_body
+            )
             self._spawn(self._callback(delivery))
+        elif stream is not None:
+            stream.discard()  # not handed over: the broker redelivers it
 
     def _on_return(self, content: Content, method: BasicReturn) -> None:
         """Mark the publish a return is for, which is still unconfirmed (its confirm follows).
@@ -154,7 +194,8 @@ class Inbound:
         channel is closed, so none of them is acked and the broker redelivers them all
         (duplicates, never a loss).
         """
-        if self._confirms.mark_returned(method, content.header, content.body):
+        body = None if content.stream is not None else content.body
+        if self._confirms.mark_returned(method, content.header, body):
             return
         log.warning(
             "channel %d: a returned message matches no publish in flight; closing the channel"

@@ -64,6 +64,16 @@ class ChannelLink(Protocol):
     def forget(self, number: int) -> None:
         """Free a channel number once the channel is closed on both sides."""
 
+    @property
+    def takes_writes(self) -> bool:
+        """Whether the socket takes more now (its write buffer under the mark), or is gone."""
+
+    def when_drained(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once the write buffer drains under its mark (or the link ends)."""
+
+    def abort(self, reason: BaseException, *, graceful: bool = False) -> None:
+        """Drop the connection now, with the reason every waiter will see."""
+
 
 class ChannelLife:
     """One AMQP channel's life: its state, its requests, its close; see the module docstring."""

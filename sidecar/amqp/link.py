@@ -10,8 +10,9 @@ the violation (501, 505; 541 for a fault of ours) before the socket closes. Whil
 socket's write buffer is over ``WRITE_BUFFER_HIGH`` (a broker that does not read), it
 stops reading, so that nothing it reads can make it write more; a large publish's parts
 (``write_parts``) leave only as the buffer drains, and what is written after them waits
-behind them. While a channel's deliveries hold its budget of bytes (the frame reader
-``held``), it stops reading too, until a settlement makes room (``resume_reading``).
+behind them; a body passed through waits for the drain too (``when_drained``). While a
+channel's deliveries hold its budget of bytes, or a body passing through waits (the frame
+reader ``held``), it stops reading too, until there is room (``resume_reading``).
 """
 
 from __future__ import annotations
@@ -154,6 +155,24 @@ class Link(_Writes, asyncio.Protocol):
         # The broker said connection.blocked (set by the control): it reads nothing from
         # this link until it unblocks, so no answer to what is written now will come.
         self.blocked = False
+        self._drained: list[Callable[[], None]] = []  # called once the write buffer drains
+
+    @property
+    def takes_writes(self) -> bool:
+        """Whether the socket takes more now (its write buffer under the mark), or is gone."""
+        return not self.reading_paused or self.closed.is_set()
+
+    def when_drained(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once the write buffer drains under its mark (or the link ends)."""
+        if self.takes_writes:
+            callback()
+        else:
+            self._drained.append(callback)
+
+    def _call_drained(self) -> None:
+        drained, self._drained = self._drained, []
+        for callback in drained:
+            callback()
 
     # --- asyncio.Protocol ---
 
@@ -174,6 +193,8 @@ class Link(_Writes, asyncio.Protocol):
         if self._transport is not None and self.reading_paused:
             self.reading_paused = False
             self._pump()
+            if not self.reading_paused:
+                self._call_drained()
             if not self.reading_paused and not self.reading_held:
                 self._read_again()
 
@@ -307,5 +328,6 @@ class Link(_Writes, asyncio.Protocol):
         for channel in list(self.channels.values()):
             channel.lose(lost)
         self.channels.clear()
+        self._call_drained()
         if self.control is not None:
             self.control.lose(self.close_reason)

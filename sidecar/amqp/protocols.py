@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine, Mapping
 
+    from sidecar.amqp.stream import BodyStream
     from sidecar.contract import PropertyValue
     from sidecar.wire import Body, Delivery, FieldValue, PublishOutcome, UndecodableTable
 
@@ -43,6 +44,20 @@ class Publisher(Protocol):
         """Publish and wait for the broker's settlement; ``on_slow`` once if it is slow."""
         ...
 
+    async def publish_through(
+        self,
+        stream: BodyStream,
+        *,
+        exchange: str,
+        routing_key: str,
+        properties: Mapping[str, PropertyValue],
+        headers: Mapping[str, FieldValue] | UndecodableTable | None,
+        slow_after_s: float,
+        on_slow: Callable[[], None],
+    ) -> PublishOutcome:
+        """Publish a body passing through, frame by frame; wait for the settlement."""
+        ...
+
     async def close(self) -> None:
         """Close the channel; what is unacked goes back to its queue."""
         ...
@@ -58,6 +73,10 @@ class AckChannel(Protocol):
 
     async def ack(self, delivery_tag: int) -> bool:
         """Ack one delivery; False when the channel is gone (the broker redelivers it)."""
+        ...
+
+    def passing_body(self, delivery_tag: int) -> BodyStream | None:
+        """Return the stream of a delivery whose body passes through, once; else None."""
         ...
 
     async def reject(self, delivery_tag: int, *, requeue: bool) -> bool:
@@ -86,6 +105,7 @@ class Consumer(Protocol):
         consumer_tag: str,
         on_body_size: Callable[[int], None] | None = None,
         max_in_flight_bytes: int | None = None,
+        max_body_bytes: int | None = None,
     ) -> None:
         """Start consuming; ``callback`` runs as its own task per delivery.
 
@@ -93,6 +113,7 @@ class Consumer(Protocol):
         the body arrives; it runs in the frame handler, so it must be quick and not raise.
         While the deliveries not yet settled hold ``max_in_flight_bytes`` of body, the
         connection reads nothing more: they never hold more than that plus one message.
+        A body over ``max_body_bytes`` passes through (``passing_body``), never held.
         """
         ...
 
@@ -115,6 +136,10 @@ class Consumer(Protocol):
 
     async def ack(self, delivery_tag: int) -> bool:
         """Ack one delivery; False when the channel is gone (the broker redelivers it)."""
+        ...
+
+    def passing_body(self, delivery_tag: int) -> BodyStream | None:
+        """Return the stream of a delivery whose body passes through, once; else None."""
         ...
 
     async def reject(self, delivery_tag: int, *, requeue: bool) -> bool:

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
     from typing import Any
 
-    from sidecar.amqp import AckChannel, Consumer, RelayConnection
+    from sidecar.amqp import AckChannel, BodyStream, Consumer, RelayConnection
     from sidecar.clock import Clock
     from sidecar.relay.state import RouteState
     from sidecar.wire import Delivery
@@ -139,8 +139,10 @@ class RouteConsumer:
         state: RouteState,
         settle: Callable[[AckChannel, Delivery], Coroutine[Any, Any, None]],
         clock: Clock,
+        max_body_bytes: int | None = None,
     ) -> None:
         self._channel = channel
+        self._max_body_bytes = max_body_bytes  # a larger body passes through, never held
         self._route = route
         self._queue = queue
         self._window = window
@@ -180,6 +182,10 @@ class RouteConsumer:
             return True
         return False
 
+    def passing_body(self, delivery_tag: int) -> BodyStream | None:
+        """Return the stream of a delivery whose body passes through, once; else None."""
+        return self._channel.passing_body(delivery_tag)
+
     async def reject(self, delivery_tag: int, *, requeue: bool) -> bool:
         """Reject one delivery (once no cancel waits); False when the channel is gone."""
         gate = self._gate
@@ -206,12 +212,17 @@ class RouteConsumer:
 
     async def start(self) -> None:
         """Start the channel's first consumer."""
+        await self._consume(self.consumer_tag)
+
+    async def _consume(self, tag: str) -> None:
+        """Start a consumer under ``tag``, with the window's byte limits."""
         await self._channel.consume(
             self._queue,
             self._deliver,
-            consumer_tag=self.consumer_tag,
+            consumer_tag=tag,
             on_body_size=self._window.note,
             max_in_flight_bytes=self._window.budget_bytes,
+            max_body_bytes=self._max_body_bytes,
         )
 
     async def cancel(self, *, fill_s: float) -> None:
@@ -305,27 +316,26 @@ class RouteConsumer:
         gate.next_consumer()
         async with asyncio.timeout(RECONSUME_TIMEOUT_S):
             await channel.qos(take)
-            await channel.consume(
-                self._queue,
-                self._deliver,
-                consumer_tag=tag,
-                on_body_size=window.note,
-                max_in_flight_bytes=window.budget_bytes,
-            )
+            await self._consume(tag)
         window.applied(take, whole=take == new)
-        extra = {"route": self._route, "window": take, "largest_bytes": window.largest}
-        if take < old:
-            log.info(
-                "route %s: window %d -> %d for bodies of up to %s bytes",
-                self._route,
-                old,
-                take,
-                window.largest,
-                extra=extra,
-            )
-        else:
-            log.debug("route %s: window %d -> %d", self._route, old, take, extra=extra)
+        _log_window(self._route, old, take, largest=window.largest)
         return None
+
+
+def _log_window(route: str, old: int, new: int, *, largest: int | None) -> None:
+    """Say a window change: at info when it shrank for larger bodies, else at debug."""
+    extra = {"route": route, "window": new, "largest_bytes": largest}
+    if new < old:
+        log.info(
+            "route %s: window %d -> %d for bodies of up to %s bytes",
+            route,
+            old,
+            new,
+            largest,
+            extra=extra,
+        )
+    else:
+        log.debug("route %s: window %d -> %d", route, old, new, extra=extra)
 
 
 async def _room_for(state: RouteState, window: InFlightWindow, *, old: int, new: int) -> int:

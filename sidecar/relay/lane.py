@@ -115,14 +115,16 @@ class PublishLane:
             return shared
 
     @contextlib.asynccontextmanager
-    async def alone(self) -> AsyncIterator[Publisher]:
+    async def alone(self, *, in_turn: bool = True) -> AsyncIterator[Publisher]:
         """Yield a channel of its own for one publish; close it afterwards.
 
         The publish passes the connection's gate first, as a shared one does. When the
         probe went on this channel and the broker refused it (closing the channel), the
-        publish goes on a new one: nothing of it was written.
+        publish goes on a new one: nothing of it was written. ``in_turn``: after the other
+        publishes alone of the route; not for a body passing through, whose frames hold
+        the consuming connection's reading while it waits.
         """
-        async with self._alone:
+        async with self._alone if in_turn else contextlib.nullcontext():
             channel: Publisher = await self._new_channel()
             try:
                 while True:

@@ -18,7 +18,7 @@ from sidecar.settle import Copy, Quarantine, quarantine_copy, reason_only, slow_
 from sidecar.wire import PublishOutcome
 
 if TYPE_CHECKING:
-    from sidecar.amqp import AckChannel, Publisher
+    from sidecar.amqp import AckChannel, BodyStream, Publisher
     from sidecar.contract import PropertyValue
     from sidecar.relay.context import RouteContext
     from sidecar.relay.lane import PublishLane
@@ -43,28 +43,42 @@ class PlanPublisher:
         self._metrics = context.metrics
 
     async def publish(
-        self, lane: PublishLane, delivery: Delivery, plan: Plan, held: HeldDelivery, *, alone: bool
+        self,
+        lane: PublishLane,
+        delivery: Delivery,
+        plan: Plan,
+        held: HeldDelivery,
+        *,
+        alone: bool,
+        stream: BodyStream | None = None,
     ) -> PublishOutcome:
         """Publish the plan once and return the broker's settlement of it, or raise.
 
-        ``alone``: on a channel of its own rather than the shared one. What the outcome or
-        the exception means is the settler's to read (``sidecar.settle.step``'s to decide).
+        ``alone``: on a channel of its own rather than the shared one. ``stream``: the
+        delivery's body passing through (its delivery's ``body`` is empty). What the
+        outcome or the exception means is the settler's to read (``sidecar.settle.step``'s
+        to decide).
         """
         if alone:
-            async with lane.alone() as publisher:
-                return await self._publish_plan(publisher, delivery, plan, held)
+            async with lane.alone(in_turn=stream is None) as publisher:
+                return await self._publish_plan(publisher, delivery, plan, held, stream)
         async with lane.shared() as publisher:
-            published = await self._publish_plan(publisher, delivery, plan, held)
+            published = await self._publish_plan(publisher, delivery, plan, held, stream)
             if published is PublishOutcome.NACKED:
                 lane.retire(publisher)  # the retry goes on a new channel (see PublishLane)
             return published
 
     async def _publish_plan(
-        self, publisher: Publisher, delivery: Delivery, plan: Plan, held: HeldDelivery
+        self,
+        publisher: Publisher,
+        delivery: Delivery,
+        plan: Plan,
+        held: HeldDelivery,
+        stream: BodyStream | None,
     ) -> PublishOutcome:
         match plan:
             case Quarantine(reason=reason):
-                return await self._publish_quarantine(publisher, delivery, reason, held)
+                return await self._publish_quarantine(publisher, delivery, reason, held, stream)
             case Copy():
                 return await self._publish(
                     publisher,
@@ -80,7 +94,12 @@ class PlanPublisher:
                 assert_never(plan)
 
     async def _publish_quarantine(
-        self, publisher: Publisher, delivery: Delivery, reason: str, held: HeldDelivery
+        self,
+        publisher: Publisher,
+        delivery: Delivery,
+        reason: str,
+        held: HeldDelivery,
+        stream: BodyStream | None,
     ) -> PublishOutcome:
         """Publish the original to quarantine; without its headers if they cannot be written.
 
@@ -94,6 +113,17 @@ class PlanPublisher:
         )
 
         async def publish(headers: dict[str, FieldValue]) -> PublishOutcome:
+            if stream is not None:
+                exchange = self._quarantine_exchange
+                return await publisher.publish_through(
+                    stream,
+                    exchange=exchange,
+                    routing_key=self.route.name,
+                    properties=properties,
+                    headers=headers,
+                    slow_after_s=CONFIRM_TIMEOUT_S,
+                    on_slow=lambda: held.take(slow_confirm(exchange, limit_s=CONFIRM_TIMEOUT_S)),
+                )
             return await self._publish(
                 publisher,
                 delivery,
@@ -163,4 +193,23 @@ class PlanPublisher:
                 self.route.queue,
                 reason,
                 extra=extra,
+            )
+
+    async def requeue(self, consumer: AckChannel, delivery: Delivery, reason: str) -> None:
+        """Give a delivery back to its queue (reject, requeue=true), logged with the reason.
+
+        A channel already gone rejects nothing: the broker then redelivers it anyway.
+        """
+        route = self.route.name
+        if await consumer.reject(delivery.delivery_tag, requeue=True):
+            log.warning(
+                "route %s gave a message back to queue %s: %s",
+                route,
+                self.route.queue,
+                reason,
+                extra={
+                    "route": route,
+                    "message_id": delivery.properties.get("message_id"),
+                    "queue": self.route.queue,
+                },
             )

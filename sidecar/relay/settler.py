@@ -38,6 +38,7 @@ from sidecar.settle import (
     Publish,
     Quarantined,
     Refused,
+    Requeue,
     RetriedCopy,
     Target,
     Unwritable,
@@ -52,7 +53,7 @@ from sidecar.settle import (
 if TYPE_CHECKING:
     import asyncio
 
-    from sidecar.amqp import AckChannel, RelayConnection
+    from sidecar.amqp import AckChannel, BodyStream, RelayConnection
     from sidecar.observe import RouteLog
     from sidecar.relay.context import RouteContext
     from sidecar.relay.lane import PublishLane
@@ -123,10 +124,13 @@ class Settler:
         state.begin()
         started = self._clock.monotonic()
         held = HeldDelivery(state)
+        # A body over max_body_bytes: its frames wait on the connection for the publish
+        # that takes them, or are dropped at the end if none did.
+        stream = consumer.passing_body(delivery.delivery_tag) if delivery.unread_body else None
         try:
             lane = self._lane
             assert lane is not None  # noqa: S101 - attached before consuming starts
-            await self._carry_out(consumer, lane, delivery, held, started=started)
+            await self._carry_out(consumer, lane, delivery, held, started=started, stream=stream)
         except MissingEntityError as e:
             # The passive checks of a reopen say when it exists again; till then the
             # deliveries wait in staging, not here.
@@ -139,6 +143,8 @@ class Settler:
             state.pause(BUG_REASON)
             await consumer.close()  # the broker redelivers it, after the route's backoff
         finally:
+            if stream is not None:
+                stream.discard()
             held.release()
             state.end()
 
@@ -150,6 +156,7 @@ class Settler:
         held: HeldDelivery,
         *,
         started: float,
+        stream: BodyStream | None,
     ) -> None:
         """Carry out each action of the settle step, from ``begin`` to the last one."""
         clock, route = self._clock, self.route
@@ -169,6 +176,7 @@ class Settler:
                         consumer=consumer,
                         stop=self._stop,
                         connection=self._connection,
+                        stream=stream,
                     )
                     step = after(
                         step.attempt,
@@ -198,11 +206,11 @@ class Settler:
         consumer: AckChannel,
         delivery: Delivery,
         held: HeldDelivery,
-        action: Ack | DeadLetter | GiveBack | LetGo,
+        action: Ack | DeadLetter | GiveBack | LetGo | Requeue,
         *,
         started: float,
     ) -> None:
-        """Carry out the step's last action: ack, reject, give back or let go."""
+        """Carry out the step's last action: ack, reject, requeue, give back or let go."""
         match action:
             case Ack(outcome=outcome):
                 if await consumer.ack(delivery.delivery_tag):
@@ -217,6 +225,8 @@ class Settler:
                 await consumer.close()  # the broker redelivers it, after the route's backoff
             case LetGo():
                 pass  # the broker redelivers it
+            case Requeue(reason=reason):
+                await self._publisher.requeue(consumer, delivery, reason)
             case _:
                 assert_never(action)
 
@@ -268,6 +278,7 @@ async def publish_answer(
     consumer: AckChannel,
     stop: asyncio.Event,
     connection: RelayConnection | None,
+    stream: BodyStream | None = None,
 ) -> Answer:
     """Publish once; return the broker's answer. Every exception of a publish ends here.
 
@@ -275,12 +286,15 @@ async def publish_answer(
     and the broker redelivers it: the copy would be a certain duplicate), nor while
     ``connection`` is blocked (a copy written then would sit in the socket and might reach
     the broker after a SIGTERM gave its delivery back). A missing entity is the route's,
-    not the delivery's: it goes up to pause the route.
+    not the delivery's: it goes up to pause the route. ``stream``: the delivery's body,
+    passing through.
     """
     if (not_now := _not_now(consumer, connection)) is not None:
         return not_now
     try:
-        published = await publisher.publish(lane, delivery, publish.plan, held, alone=publish.alone)
+        published = await publisher.publish(
+            lane, delivery, publish.plan, held, alone=publish.alone, stream=stream
+        )
     except MissingEntityError:
         raise
     except ChannelClosedError as e:

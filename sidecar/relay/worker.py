@@ -183,6 +183,7 @@ class RouteWorker:
             state=self.state,
             settle=self._settler.settle,
             clock=self._clock,
+            max_body_bytes=route.limits.max_body_bytes,
         )
         self._settler.attach(self._publishing, lane)
         # Up before the first delivery can arrive, so a delivery's pause is not undone.

@@ -106,13 +106,15 @@ class RouteLimits:
     says it is (the broker does not tell its clients): a delivery held this long would be
     taken back by the broker, so the route settles it well before. ``nack_max_attempts`` and
     ``nack_max_s`` bound the retries of a copy the broker nacks (each may duplicate it).
-    ``max_in_flight_bytes`` bounds the bodies in flight on one route.
+    ``max_in_flight_bytes`` bounds the bodies in flight on one route; a body over
+    ``max_body_bytes`` (None: no limit) is not held but passed through to quarantine.
     """
 
     consumer_timeout_s: float = DEFAULT_CONSUMER_TIMEOUT_S
     nack_max_attempts: int = DEFAULT_NACK_MAX_ATTEMPTS
     nack_max_s: float = DEFAULT_NACK_MAX_S
     max_in_flight_bytes: int = DEFAULT_MAX_IN_FLIGHT_BYTES
+    max_body_bytes: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

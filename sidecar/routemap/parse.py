@@ -352,6 +352,7 @@ def _build(file: RouteMapFile) -> RouteMap:
         nack_max_attempts=broker.nack_retry.max_attempts,
         nack_max_s=broker.nack_retry.max_s,
         max_in_flight_bytes=broker.max_in_flight_bytes,
+        max_body_bytes=broker.max_body_bytes,
     )
     return RouteMap(
         broker=BrokerConfig(

@@ -195,6 +195,10 @@ class _BrokerFile(_Strict):
     max_in_flight_bytes: Annotated[
         int, Field(ge=65536, le=2**40), BeforeValidator(_refuse_bool)
     ] = DEFAULT_MAX_IN_FLIGHT_BYTES
+    # A body larger than this is passed through to quarantine in frames, never held.
+    max_body_bytes: Annotated[
+        int | None, Field(ge=65536, le=2**40), BeforeValidator(_refuse_bool)
+    ] = None
 
 
 class _HttpFile(_Strict):

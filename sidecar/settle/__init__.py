@@ -7,6 +7,15 @@ environment; the relay carries out what these decide.
 
 from __future__ import annotations
 
+from sidecar.settle.answers import (
+    PUBLISHED,
+    Answer,
+    Blocked,
+    Failed,
+    Lost,
+    Refused,
+    Unwritable,
+)
 from sidecar.settle.backoff import Backoff, backoff_s
 from sidecar.settle.holds import QUARANTINE_SHARE, HoldLimits, consumer_timeout_after, slow_confirm
 from sidecar.settle.publish_gate import (
@@ -35,24 +44,18 @@ from sidecar.settle.settlement import (
 )
 from sidecar.settle.step import (
     BUG_REASON,
-    PUBLISHED,
     Ack,
-    Answer,
-    Blocked,
     Bug,
     DeadLetter,
     Event,
-    Failed,
     GiveBack,
     Held,
     Left,
     LetGo,
-    Lost,
     Publish,
     Quarantined,
-    Refused,
+    Requeue,
     RetriedCopy,
-    Unwritable,
     Violations,
     Wait,
     WaitUnblocked,
@@ -94,6 +97,7 @@ __all__ = [
     "Quarantine",
     "Quarantined",
     "Refused",
+    "Requeue",
     "RetriedCopy",
     "Target",
     "Unwritable",

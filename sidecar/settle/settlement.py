@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
     from sidecar.contract import PropertyValue, Verdict
-    from sidecar.wire import Delivery, FieldValue, UnreadHeader
+    from sidecar.wire import Delivery, FieldValue, UnreadBody, UnreadHeader
 
 __all__ = [
     "ORIGINAL_ERROR",
@@ -102,9 +102,14 @@ class Copy:
 
 @dataclass(frozen=True, slots=True)
 class Quarantine:
-    """Publish the original to the quarantine exchange with this reason."""
+    """Publish the original to the quarantine exchange with this reason.
+
+    ``passing``: its body is not held but passed through as it arrives, so the copy is
+    published once; another try takes the broker's redelivery.
+    """
 
     reason: str
+    passing: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +170,8 @@ def plan_delivery(
     caller counts and logs. In audit mode the original goes to the target unchanged
     whatever the verdict says.
     """
+    if delivery.unread_body is not None:
+        return Quarantine(body_too_large(delivery.unread_body), passing=True), None
     if delivery.unread_header is not None:
         return Quarantine(unread_header(delivery.unread_header)), None
     if delivery.undecodable is not None:
@@ -216,7 +223,9 @@ def after_publish(
         case Copy():
             return _after_copy(published, plan, exchange=exchange)
         case Quarantine():
-            return _after_quarantine(published, exchange=quarantine_exchange, route=route)
+            return _after_quarantine(
+                published, exchange=quarantine_exchange, route=route, passing=plan.passing
+            )
         case _:
             assert_never(plan)
 
@@ -240,14 +249,31 @@ def _after_copy(published: PublishOutcome, copy: Copy, *, exchange: str) -> Deci
             assert_never(published)
 
 
-def _after_quarantine(published: PublishOutcome, *, exchange: str, route: str) -> Decision:
+def _after_quarantine(
+    published: PublishOutcome, *, exchange: str, route: str, passing: bool
+) -> Decision:
     if published is PublishOutcome.CONFIRMED:
         return _DONE[Outcome.QUARANTINED]
+    meanwhile = (
+        "The message goes back to its staging queue meanwhile (its body passed through and"
+        " is not held), to pass through again"
+        if passing
+        else "The message is held meanwhile (until broker.consumer_timeout_s x 0.75, then"
+        " dead-lettered)"
+    )
     return Hold(
         f'quarantine exchange "{exchange}" {published.value} the copy (routing key "{route}");'
-        " bind a queue to it. The message is held meanwhile (until broker.consumer_timeout_s"
-        " x 0.75, then dead-lettered)",
+        f" bind a queue to it. {meanwhile}",
         may_duplicate=published is PublishOutcome.NACKED,
+    )
+
+
+def body_too_large(unread: UnreadBody) -> str:
+    """Return the reason a delivery whose body is over ``max_body_bytes`` is quarantined."""
+    return (
+        f"body too large to hold: {unread.size} bytes, over broker.max_body_bytes of"
+        f" {unread.limit}; passed through to quarantine as it came (to relay such bodies,"
+        " raise max_body_bytes and the memory limit with it: docs/memory.md)"
     )
 
 

@@ -15,9 +15,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, ClassVar, Final, NamedTuple, TypeAlias, assert_never
+from typing import TYPE_CHECKING, Final, NamedTuple, TypeAlias, assert_never
 
 from sidecar.settle import holds as settlement_holds
+from sidecar.settle.answers import (
+    Answer,
+    Blocked,
+    Confirmed,
+    Failed,
+    Lost,
+    Nacked,
+    Refused,
+    Returned,
+    Unwritable,
+)
 from sidecar.settle.holds import after_hold, after_refusal, blocked
 from sidecar.settle.settlement import (
     Alone,
@@ -32,10 +43,9 @@ from sidecar.settle.settlement import (
     unencodable,
     unwritable_quarantine,
 )
-from sidecar.wire import PublishOutcome
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable
 
     from sidecar.contract import Verdict
     from sidecar.settle.holds import HoldLimits
@@ -45,30 +55,21 @@ if TYPE_CHECKING:
 __all__ = [
     "BUG_REASON",
     "LOST_CHANNEL",
-    "PUBLISHED",
     "Ack",
     "Action",
-    "Answer",
     "Attempt",
-    "Blocked",
     "Bug",
-    "Confirmed",
     "DeadLetter",
     "Event",
-    "Failed",
     "GiveBack",
     "Held",
     "Left",
     "LetGo",
-    "Lost",
-    "Nacked",
     "Publish",
     "Quarantined",
-    "Refused",
+    "Requeue",
     "RetriedCopy",
-    "Returned",
     "Step",
-    "Unwritable",
     "Violations",
     "Wait",
     "WaitUnblocked",
@@ -78,77 +79,6 @@ __all__ = [
 
 LOST_CHANNEL = "the publish channel closed; retrying on a new one"
 BUG_REASON = "internal error; see the log"  # what the route says after a bug gave a delivery back
-
-
-# --- the answers a publish gets ------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Confirmed:
-    """The broker confirmed the publish."""
-
-    published: ClassVar[PublishOutcome] = PublishOutcome.CONFIRMED
-
-
-@dataclass(frozen=True, slots=True)
-class Returned:
-    """The broker returned the publish: nothing it is bound to takes its routing key."""
-
-    published: ClassVar[PublishOutcome] = PublishOutcome.RETURNED
-
-
-@dataclass(frozen=True, slots=True)
-class Nacked:
-    """The broker nacked the publish (a target queue full with reject-publish, ...)."""
-
-    published: ClassVar[PublishOutcome] = PublishOutcome.NACKED
-
-
-@dataclass(frozen=True, slots=True)
-class Refused:
-    """The broker closed the publish channel with ``code`` and ``text``."""
-
-    code: int
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
-class Lost:
-    """The publish channel was lost; ``gone``: by a stop or with its connection."""
-
-    gone: bool
-    error: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class Unwritable:
-    """The copy cannot be written as AMQP (``error`` says why)."""
-
-    error: str
-
-
-@dataclass(frozen=True, slots=True)
-class Failed:
-    """An unexpected exception while publishing: a bug, kept whole for the log."""
-
-    error: Exception
-
-
-@dataclass(frozen=True, slots=True)
-class Blocked:
-    """The broker blocks the connection (``connection.blocked``): nothing was published."""
-
-    reason: str
-
-
-Answer: TypeAlias = Confirmed | Returned | Nacked | Refused | Lost | Unwritable | Failed | Blocked
-PUBLISHED: Final[Mapping[PublishOutcome, Confirmed | Returned | Nacked]] = MappingProxyType(
-    {
-        PublishOutcome.CONFIRMED: Confirmed(),
-        PublishOutcome.RETURNED: Returned(),
-        PublishOutcome.NACKED: Nacked(),
-    }
-)
 
 
 # --- the actions the settler carries out ---------------------------------------------------
@@ -207,7 +137,18 @@ class LetGo:
     """Leave the delivery unacked to the broker: a stop, or its channel is gone."""
 
 
-Action: TypeAlias = Publish | Wait | WaitUnblocked | Ack | DeadLetter | GiveBack | LetGo
+@dataclass(frozen=True, slots=True)
+class Requeue:
+    """Give the delivery back to its queue (``basic.reject``, requeue), for ``reason``.
+
+    Its body passed through and is not held: its copy can be published again only from
+    the broker's redelivery.
+    """
+
+    reason: str
+
+
+Action: TypeAlias = Publish | Wait | WaitUnblocked | Ack | DeadLetter | GiveBack | LetGo | Requeue
 
 
 # --- what the step saw, for the settler's sink ---------------------------------------------
@@ -302,7 +243,10 @@ def begin(delivery: Delivery, target: Target, *, now_ms: int, new_id: Callable[[
     events: tuple[Event, ...] = ()
     if verdict is not None and verdict.violations:
         events = (Violations(verdict),)
-    return Step(Publish(plan, alone=False), Attempt(plan=plan), events)
+    # A body passing through takes a channel of its own: nothing else may go between its
+    # frames.
+    alone = isinstance(plan, Quarantine) and plan.passing
+    return Step(Publish(plan, alone=alone), Attempt(plan=plan, alone=alone), events)
 
 
 def after(
@@ -322,6 +266,33 @@ def after(
     when the answer holds the delivery; ``exchange``, ``quarantine_exchange`` and
     ``route`` name where the copies went, for the reasons.
     """
+    step = _after(
+        attempt,
+        answer,
+        held_s=held_s,
+        delay_s=delay_s,
+        limits=limits,
+        exchange=exchange,
+        quarantine_exchange=quarantine_exchange,
+        route=route,
+    )
+    plan = attempt.plan
+    if isinstance(plan, Quarantine) and plan.passing and not isinstance(answer, Blocked):
+        return _published_once(step, delay_s=delay_s)
+    return step
+
+
+def _after(
+    attempt: Attempt,
+    answer: Answer,
+    *,
+    held_s: float,
+    delay_s: float,
+    limits: HoldLimits,
+    exchange: str,
+    quarantine_exchange: str,
+    route: str,
+) -> Step:
     plan = attempt.plan
     decision: Decision
     match answer:
@@ -360,6 +331,29 @@ def after(
         case _:
             assert_never(answer)
     return _decided(decision, attempt, held_s=held_s, delay_s=delay_s, limits=limits)
+
+
+PASSED_AGAIN = (
+    "its body passed through and is not held: the delivery goes back to its queue, to be"
+    " passed through again when the broker redelivers it"
+)
+
+
+def _published_once(step: Step, *, delay_s: float) -> Step:
+    """Turn a retry of a body passed through into a wait, then the delivery given back.
+
+    Nothing else changes: an ack, a dead-letter, a give-back or a let-go stay as they are.
+    A ``Blocked`` answer never comes here: nothing was published, the body still waits.
+    """
+    action, attempt = step.action, step.attempt
+    match action:
+        case Wait(delay_s=wait_s):
+            return Step(Wait(wait_s, Step(Requeue(PASSED_AGAIN), attempt)), attempt, step.events)
+        case Publish():
+            held = (*step.events, Held(PASSED_AGAIN))
+            return Step(Wait(delay_s, Step(Requeue(PASSED_AGAIN), attempt)), attempt, held)
+        case _:
+            return step
 
 
 def _decided(

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from sidecar.wire.address import BrokerAddress, Secret, host_port, mask_url
 from sidecar.wire.decode import decode_table, decode_table_for_pamqp
-from sidecar.wire.delivery import Body, Delivery, PublishOutcome, UnreadHeader
+from sidecar.wire.delivery import Body, Delivery, PublishOutcome, UnreadBody, UnreadHeader
 from sidecar.wire.encode import encode_table, encode_table_for_pamqp, tag_of
 from sidecar.wire.failover import Failover
 from sidecar.wire.fields import (
@@ -61,6 +61,7 @@ from sidecar.wire.frames import (
     ContentHeader,
     UndecodableTable,
     ack_frame,
+    body_frames,
     content_header,
     parse_confirm,
     parse_content_header,
@@ -126,8 +127,10 @@ __all__ = [
     "UInt32",
     "UInt64",
     "UndecodableTable",
+    "UnreadBody",
     "UnreadHeader",
     "ack_frame",
+    "body_frames",
     "content_header",
     "decode_table",
     "decode_table_for_pamqp",

@@ -16,7 +16,7 @@ from typing import TypeAlias
 from sidecar.wire.fields import FieldValue, PropertyValue  # noqa: TC001
 from sidecar.wire.frames import UndecodableTable  # noqa: TC001
 
-__all__ = ["Body", "Delivery", "PublishOutcome", "UnreadHeader"]
+__all__ = ["Body", "Delivery", "PublishOutcome", "UnreadBody", "UnreadHeader"]
 
 # A message body: a consumed one is the buffer its frames were received into, never
 # copied on its way to the publish (docs/memory.md).
@@ -35,6 +35,18 @@ class UnreadHeader:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class UnreadBody:
+    """A body over the consumer's ``max_body_bytes``: passed through in frames, never held.
+
+    The delivery's ``body`` is empty; the body's frames wait on the connection until a
+    publish takes them, frame by frame (``sidecar.amqp``'s ``BodyStream``).
+    """
+
+    size: int  # the body size its content header announced
+    limit: int  # the most the consumer holds of one body
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Delivery:
     """One message consumed from a staging queue, in our own types."""
 
@@ -48,6 +60,8 @@ class Delivery:
     undecodable: UndecodableTable | None = None
     # Set when the content header was too large to read: properties and headers are empty.
     unread_header: UnreadHeader | None = None
+    # Set when the body is over the consumer's max_body_bytes: ``body`` is empty.
+    unread_body: UnreadBody | None = None
     content_header: bytes = b""  # as received: republished as it is when nothing changed
 
 

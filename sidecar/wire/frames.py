@@ -45,6 +45,7 @@ __all__ = [
     "ContentHeader",
     "UndecodableTable",
     "ack_frame",
+    "body_frames",
     "content_header",
     "parse_confirm",
     "parse_content_header",
@@ -363,6 +364,21 @@ def publish_parts(
         head = [end]
     parts.append(b"".join(head))
     return parts
+
+
+def body_frames(channel: int, payload: bytes | memoryview, *, frame_max: int) -> bytes:
+    """Return body frames carrying ``payload`` (a copy of it), each within ``frame_max``.
+
+    For a body passed through as it arrives: a received frame's payload fits the frame
+    size the consuming connection agreed, which may be larger than the publishing one's.
+    """
+    end = b"\xce"
+    out: list[bytes | memoryview] = []
+    step = frame_max - 8
+    for start in range(0, len(payload), step):
+        chunk = payload[start : start + step]
+        out += (HEADER.pack(FRAME_BODY, channel, len(chunk)), chunk, end)
+    return b"".join(out)
 
 
 # A route publishes to one or two exchanges with one or a few routing keys: the method

@@ -47,8 +47,12 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
         ),
         "nack_retry": "How often and how long a copy the broker nacks is retried.",
         "max_in_flight_bytes": (
-            "Bytes of message bodies in flight per route; keep routes x 2 x this below the"
-            " memory limit."
+            "Bytes of message bodies in flight per route; keep 64Mi + routes x (this + the"
+            " largest body) within the memory limit (docs/memory.md)."
+        ),
+        "max_body_bytes": (
+            "A larger body is not held but passed through to quarantine as it arrives"
+            " (unset: no limit, every body is held once)."
         ),
     },
     "_NackRetryFile": {

@@ -12,7 +12,9 @@ docs/memory.md.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import random
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,6 +25,7 @@ from tests.e2e.conftest import (
     Sidecar,
     declare_flow,
     declare_quarantine,
+    eventually,
     make_ids,
     publish_ids,
     take_until,
@@ -135,3 +138,63 @@ async def test_a_single_large_body_is_held_once(
         nb, sidecar_on_node, name=f"single{size_mib}", small=10, bodies=[size_mib * MIB]
     )
     assert numbers["peak_mib"] <= numbers["bound_mib"], numbers
+
+
+MAX_BODY = 2 * MIB  # the route map's broker.max_body_bytes in the test below
+# What passing a body through may cost beyond the baseline: a read, the publishing
+# socket's write buffer, a frame being copied, and the allocator's slack.
+PASSING_SLACK_MIB = 24
+
+
+async def test_a_body_over_max_body_bytes_passes_through_to_quarantine_unheld(
+    nb: Broker, sidecar_on_node: Sidecar
+) -> None:
+    """120 MiB with max_body_bytes at 2 MiB: quarantined whole, the peak far below 120 MiB.
+
+    The bodies under the limit are relayed as before, on either side of it.
+    """
+    flow = await declare_flow(nb, "passing")
+    quarantine, quarantine_queue = await declare_quarantine(nb)
+    route_map = sidecar_on_node.route_map(quarantine=quarantine, flows=[flow], prefetch=64)
+    route_map["broker"]["max_body_bytes"] = MAX_BODY
+    sidecar_on_node.write(route_map)
+    await sidecar_on_node.start()
+    assert sidecar_on_node.process is not None
+    pid = sidecar_on_node.process.pid
+    baseline = peak_rss_mib(pid)
+    before, after = make_ids("passing.before", 20), make_ids("passing.after", 20)
+    await publish_ids(nb, flow.staging, before)
+    large = random.Random(7).randbytes(120 * MIB)
+    await nb.publish(
+        flow.staging, headers={ID_HEADER: "passing.large"}, message_id="passing.large", body=large
+    )
+    under = bytes(MAX_BODY)  # at the limit: held and relayed
+    await nb.publish(
+        flow.staging, headers={ID_HEADER: "passing.under"}, message_id="passing.under", body=under
+    )
+    await publish_ids(nb, flow.staging, after)
+    relayed = await take_until(
+        nb,
+        flow.target,
+        [*before, "passing.under", *after],
+        timeout_s=300,
+        context=sidecar_on_node.output,
+    )
+    assert "passing.large" not in relayed
+    (copy,) = await nb.take(quarantine_queue, 1, timeout_s=120)
+    assert hashlib.sha256(copy.body).digest() == hashlib.sha256(large).digest()
+    headers = copy.header.properties.headers or {}
+    assert headers[ID_HEADER] == "passing.large"
+    reason = str(headers["x-acemq-error"])
+    assert f"body too large to hold: {120 * MIB} bytes" in reason, reason
+    peak = peak_rss_mib(pid)
+    numbers = {"baseline_mib": round(baseline), "peak_mib": round(peak), "body_mib": 120}
+    print(f"\nmemory: {json.dumps({'flow': 'passing', **numbers})}")  # noqa: T201
+    assert peak <= baseline + MAX_BODY / MIB + PASSING_SLACK_MIB, numbers
+    # Every delivery was acked: stopped, the sidecar gives nothing back to staging.
+    await sidecar_on_node.kill()
+    await eventually(lambda: staging_empty(nb, flow.staging), timeout_s=30, what="staging empty")
+
+
+async def staging_empty(nb: Broker, queue: str) -> bool:
+    return await nb.depth(queue) == 0

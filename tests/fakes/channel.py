@@ -74,9 +74,14 @@ class FakeChannel(Consuming, PublishRecorder):
         consumer_tag: str,
         on_body_size: Callable[[int], None] | None = None,
         max_in_flight_bytes: int | None = None,
+        max_body_bytes: int | None = None,
     ) -> None:
-        """Start a consumer as the frame is sent; the test may hold back the consume-ok."""
-        del queue
+        """Start a consumer as the frame is sent; the test may hold back the consume-ok.
+
+        Its bodies are held whatever their size: ``max_body_bytes`` is the client's, tested
+        on the real broker.
+        """
+        del queue, max_body_bytes
         self.budgets.append(max_in_flight_bytes)
         assert self.is_open
         assert consumer_tag not in self.consumers, f"tag {consumer_tag} reused on the channel"
@@ -123,6 +128,10 @@ class FakeChannel(Consuming, PublishRecorder):
         if isinstance(answer, ChannelClosedError):
             self.is_open = False
         return answer
+
+    def passing_body(self, delivery_tag: int) -> None:
+        """No body passes through the fake: it holds them all."""
+        del delivery_tag
 
     async def ack(self, delivery_tag: int) -> bool:
         """Ack a delivery of any consumer of the channel, cancelled or not."""

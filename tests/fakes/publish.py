@@ -8,14 +8,18 @@ The publish gate's probe (``sidecar.settle.publish_gate``) is confirmed at once 
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from sidecar.errors import ChannelLostError
 from sidecar.settle.publish_gate import PROBE_ROUTING_KEY
 from sidecar.wire import Body, PublishOutcome, UndecodableTable
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
+
+    from sidecar.amqp import BodyStream
 
 Answer = PublishOutcome | Exception
 
@@ -74,6 +78,38 @@ class PublishRecorder:
         if isinstance(answer, Exception):
             raise answer
         return answer
+
+    async def publish_through(
+        self,
+        stream: BodyStream,
+        *,
+        exchange: str,
+        routing_key: str,
+        properties: Mapping[str, Any],
+        headers: Any,
+        slow_after_s: float,
+        on_slow: Callable[[], None],
+    ) -> PublishOutcome:
+        """Take the body's frames as a broker does; then answer as ``publish`` would."""
+        received = bytearray()
+        ended: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+
+        def sink(payload: memoryview) -> bool:
+            received.extend(payload)
+            return True
+
+        stream.take(sink, on_end=ended.set_result)
+        if not await ended:
+            raise ChannelLostError("the body passing through was cut off")
+        return await self.publish(
+            bytes(received),
+            exchange=exchange,
+            routing_key=routing_key,
+            properties=properties,
+            headers=headers,
+            slow_after_s=slow_after_s,
+            on_slow=on_slow,
+        )
 
     async def answer(self, publish: Publish) -> Answer:
         """What the broker answers to ``publish``."""

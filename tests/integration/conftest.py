@@ -66,6 +66,7 @@ def route_map_yaml(
     mode: str = "enforce",
     prefetch: int = 64,
     max_in_flight_bytes: int | None = None,
+    max_body_bytes: int | None = None,
 ) -> str:
     """Write a route map for the given routes (dicts of the YAML route keys)."""
     lines = [
@@ -73,6 +74,7 @@ def route_map_yaml(
         f"  url: {url}",
         f"  prefetch: {prefetch}",
         *([f"  max_in_flight_bytes: {max_in_flight_bytes}"] if max_in_flight_bytes else []),
+        *([f"  max_body_bytes: {max_body_bytes}"] if max_body_bytes else []),
         "http: {listen: '127.0.0.1:0'}",
         f"mode: {mode}",
         f"quarantine: {{exchange: {quarantine_exchange}}}",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pamqp import body as pamqp_body
 from pamqp import commands as spec
@@ -13,6 +13,9 @@ from pamqp import header as pamqp_header
 
 from sidecar.amqp import Channel
 from sidecar.wire import HEADER, parse_confirm
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 
 class FakeLink:
@@ -25,6 +28,33 @@ class FakeLink:
         self.resumed = 0
         self.written: list[bytes] = []
         self.forgotten: list[int] = []
+        self.full = False  # the socket takes no more writes for now
+        self.drained: list[Callable[[], None]] = []
+        self.aborted: list[BaseException] = []
+
+    @property
+    def takes_writes(self) -> bool:
+        """Whether the socket takes more now."""
+        return not self.full
+
+    def when_drained(self, callback: Callable[[], None]) -> None:
+        """Keep ``callback`` for ``drain``, or call it now if the socket takes writes."""
+        if self.full:
+            self.drained.append(callback)
+        else:
+            callback()
+
+    def drain(self) -> None:
+        """The socket took what waited: call whoever waits for it."""
+        self.full = False
+        drained, self.drained = self.drained, []
+        for callback in drained:
+            callback()
+
+    def abort(self, reason: BaseException, *, graceful: bool = False) -> None:
+        """Note that the channel dropped the connection."""
+        del graceful
+        self.aborted.append(reason)
 
     def write(self, data: bytes | list[bytes | memoryview]) -> None:
         """Keep what the channel sends (a large publish's parts joined)."""

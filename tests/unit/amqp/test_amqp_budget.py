@@ -21,8 +21,8 @@ from pamqp import frame as pamqp_frame
 from pamqp import header as pamqp_header
 
 from sidecar.amqp import Channel, install_codec
-from sidecar.amqp.channel import WHOLE_BODY_MAX
 from sidecar.amqp.link import WRITE_BUFFER_HIGH, Link
+from sidecar.amqp.publishing import WHOLE_BODY_MAX
 from sidecar.wire import Delivery, PublishOutcome, publish_frames, publish_parts
 from tests.unit.amqp_fakes import FakeLink, FakeTransport, opened
 

@@ -42,9 +42,10 @@ class RecordingEnd:
         """Note a content header."""
         self.calls.append(("header", payload))
 
-    def on_body(self, payload: memoryview) -> None:
+    def on_body(self, payload: memoryview) -> bool:
         """Note a body frame (a copy: the view is valid during the call only)."""
         self.calls.append(("body", bytes(payload)))
+        return True
 
     def has_room(self) -> bool:
         """Whether the test lets another delivery's content in."""

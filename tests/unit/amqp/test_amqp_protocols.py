@@ -42,6 +42,9 @@ class HalfAChannel:
     async def publish(self) -> None:
         """Publish nothing."""
 
+    async def publish_through(self) -> None:
+        """Pass nothing through."""
+
     async def close(self) -> None:
         """Close nothing."""
 

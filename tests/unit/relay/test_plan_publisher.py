@@ -23,21 +23,23 @@ from sidecar.relay.lane import PublishLane
 from sidecar.relay.publisher import PlanPublisher
 from sidecar.relay.settler import publish_answer
 from sidecar.relay.state import HeldDelivery, RouteState
+from sidecar.settle.answers import (
+    Answer,
+    Failed,
+    Lost,
+    Unwritable,
+)
 from sidecar.settle.holds import HoldLimits
 from sidecar.settle.settlement import DeadLetter, Plan, Quarantine, reason_only
 from sidecar.settle.step import (
     LOST_CHANNEL,
-    Answer,
     Attempt,
     Bug,
-    Failed,
     GiveBack,
     Held,
-    Lost,
     Publish,
     RetriedCopy,
     Step,
-    Unwritable,
     Wait,
     after,
 )

@@ -1,4 +1,4 @@
-"""The route map's broker limits: consumer_timeout_s, nack_retry, max_in_flight_bytes."""
+"""The route map's broker limits: consumer_timeout_s, nack_retry and the bytes limits."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ def test_the_defaults_are_rabbitmqs_timeout_and_the_charts_memory() -> None:
         nack_max_attempts=10,
         nack_max_s=300.0,
         max_in_flight_bytes=64 * 2**20,
+        max_body_bytes=None,
     )
 
 
@@ -29,9 +30,14 @@ def test_every_route_takes_the_brokers_limits() -> None:
         "  consumer_timeout_s: 5\n"
         "  nack_retry: {max_attempts: 3, max_s: 60}\n"
         "  max_in_flight_bytes: 1048576\n"
+        "  max_body_bytes: 134217728\n"
     )
     assert limits == RouteLimits(
-        consumer_timeout_s=5.0, nack_max_attempts=3, nack_max_s=60.0, max_in_flight_bytes=2**20
+        consumer_timeout_s=5.0,
+        nack_max_attempts=3,
+        nack_max_s=60.0,
+        max_in_flight_bytes=2**20,
+        max_body_bytes=128 * 2**20,
     )
 
 
@@ -45,6 +51,8 @@ def test_every_route_takes_the_brokers_limits() -> None:
         ("  nack_retry: {tries: 3}\n", "routes.yaml:3: broker.nack_retry.tries:"),
         ("  consumer_timeout_s: true\n", "routes.yaml:3: broker.consumer_timeout_s:"),
         ("  max_in_flight_bytes: 1000\n", "routes.yaml:3: broker.max_in_flight_bytes:"),
+        ("  max_body_bytes: 1000\n", "routes.yaml:3: broker.max_body_bytes:"),
+        ("  max_body_bytes: true\n", "routes.yaml:3: broker.max_body_bytes:"),
     ],
 )
 def test_a_bad_limit_is_refused_with_file_and_line(broker: str, expected: str) -> None:

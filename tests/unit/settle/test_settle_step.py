@@ -21,6 +21,17 @@ from hypothesis import target as aim_for
 
 from sidecar.contract import Policy, Publishers
 from sidecar.settle import step as settle_step
+from sidecar.settle.answers import (
+    Answer,
+    Blocked,
+    Confirmed,
+    Failed,
+    Lost,
+    Nacked,
+    Refused,
+    Returned,
+    Unwritable,
+)
 from sidecar.settle.backoff import Backoff
 from sidecar.settle.holds import (
     DEAD_LETTER_SHARE,
@@ -33,33 +44,25 @@ from sidecar.settle.settlement import Copy, Outcome, Plan, Quarantine, Target
 from sidecar.settle.step import (
     LOST_CHANNEL,
     Ack,
-    Answer,
     Attempt,
-    Blocked,
     Bug,
-    Confirmed,
     DeadLetter,
-    Failed,
     GiveBack,
     Held,
     Left,
     LetGo,
-    Lost,
-    Nacked,
     Publish,
     Quarantined,
-    Refused,
+    Requeue,
     RetriedCopy,
-    Returned,
     Step,
-    Unwritable,
     Violations,
     Wait,
     WaitUnblocked,
     after,
     begin,
 )
-from sidecar.wire import Delivery, Int32, Int64
+from sidecar.wire import Delivery, Int32, Int64, UnreadBody
 
 COPY = Copy(properties={}, headers={}, routing_key="k.1", outcome=Outcome.RELAYED)
 TO_QUARANTINE = Quarantine("unroutable: no binding")
@@ -186,7 +189,7 @@ def summary(step: Step) -> tuple[object, ...]:
             return ("unblocked", events)
         case Ack(outcome=outcome):
             return ("ack", outcome, events)
-        case DeadLetter() | GiveBack() | LetGo():
+        case DeadLetter() | GiveBack() | LetGo() | Requeue():
             return (type(step.action).__name__, events)
 
 
@@ -493,3 +496,69 @@ def test_the_publish_bound_is_reached() -> None:
         )
     assert isinstance(step.action, DeadLetter)
     assert publishes == publish_bound(limits) == 6
+
+
+# --- a body passing through ----------------------------------------------------------------
+
+
+def passing_delivery() -> Delivery:
+    """A delivery whose body was over max_body_bytes: it passes through, not held."""
+    return Delivery(
+        delivery_tag=8,
+        exchange="",
+        routing_key="order.placed",
+        redelivered=False,
+        properties=MappingProxyType({"message_id": "m-2"}),
+        headers=MappingProxyType(dict(CANONICAL)),
+        body=b"",
+        unread_body=UnreadBody(size=300_000_000, limit=128 * 2**20),
+    )
+
+
+def test_a_body_over_the_limit_begins_with_its_quarantine_copy_alone() -> None:
+    """Nothing may go between its frames on the channel: a channel of its own."""
+    step = begin(passing_delivery(), target(), now_ms=0, new_id=new_id)
+    assert isinstance(step.action, Publish)
+    plan = step.action.plan
+    assert isinstance(plan, Quarantine)
+    assert plan.passing
+    assert step.action.alone
+    assert step.attempt == Attempt(plan=plan, alone=True)
+    assert "300000000 bytes" in plan.reason
+    assert "max_body_bytes of 134217728" in plan.reason
+
+
+@given(data=st.data(), limits=LIMITS_DRAWN)
+def test_a_body_passed_through_is_published_once_and_else_given_back_after_a_wait(
+    data: st.DataObject, limits: HoldLimits
+) -> None:
+    """Its body is gone once published: a retry is a requeue (after the backoff's wait).
+
+    Only a blocked connection, which published nothing, publishes it again.
+    """
+    record = walk(data, (passing_delivery(), target()), limits, ANY_ANSWER)
+    assert record.publishes <= 1
+    assert record.last is not None
+    last = record.last.action
+    assert isinstance(last, Ack | DeadLetter | GiveBack | LetGo | Requeue)
+    attempt, answer, _, then = record.answered[-1]
+    assert attempt.alone
+    if isinstance(last, Ack):
+        assert isinstance(answer, Confirmed)
+        assert last.outcome is Outcome.QUARANTINED
+    if isinstance(last, Requeue):
+        assert isinstance(then.action, Wait)
+        assert then.action.delay_s >= SHORTEST_DELAY_S or then.action.delay_s == 0
+        assert isinstance(then.action.then.action, Requeue)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [Returned(), Nacked(), Refused(541, "INTERNAL_ERROR"), Lost(gone=False, error="x")],
+)
+def test_a_held_body_passed_through_waits_then_goes_back_to_its_queue(answer: Answer) -> None:
+    first = begin(passing_delivery(), target(), now_ms=0, new_id=new_id)
+    then = step_after(first.attempt, answer, delay_s=2.5)
+    assert isinstance(then.action, Wait)
+    assert isinstance(then.action.then.action, Requeue)
+    assert any(isinstance(event, Held) for event in then.events)
