@@ -77,14 +77,14 @@ class Channel(PublishingChannel):
     async def consume(
         self,
         queue: str,
-        callback: Callable[[Delivery], Coroutine[Any, Any, None]],
+        callback: Callable[[Delivery], Coroutine[Any, Any, None] | None],
         *,
         consumer_tag: str,
         on_body_size: Callable[[int], None] | None = None,
         max_in_flight_bytes: int | None = None,
         max_body_bytes: int | None = None,
     ) -> None:
-        """Start consuming ``queue``; ``callback`` runs as its own task per delivery.
+        """Start consuming ``queue``; ``callback`` gets each delivery (its coroutine a task).
 
         ``on_body_size`` is called with each delivery's body size as its content header
         arrives, before the body does (from the frame handler: it must be quick and must
@@ -148,6 +148,10 @@ class Channel(PublishingChannel):
         Acks made in one turn of the event loop leave together at its end: the leading run
         of acked deliveries as one ``multiple`` ack, any acked behind an unacked one singly.
         """
+        return self.try_ack(delivery_tag)
+
+    def try_ack(self, delivery_tag: int) -> bool:
+        """Ack one delivery, as ``ack`` does, without a coroutine (never None: nothing waits)."""
         if not self.is_open:  # a closing channel: the broker would discard the ack
             return False
         self._acks.ack(delivery_tag)

@@ -15,7 +15,7 @@ confirm, the earliest unconfirmed candidate is the one. A body that was passed t
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, TypeAlias
 
 from sidecar.contract import ID
 from sidecar.errors import ChannelClosedError, ChannelLostError, MissingEntityError
@@ -23,6 +23,7 @@ from sidecar.wire import PublishOutcome
 
 if TYPE_CHECKING:
     import asyncio
+    from collections.abc import Callable
 
     from sidecar.wire import BasicReturn, Body, ContentHeader
 
@@ -31,11 +32,15 @@ __all__ = ["Confirms"]
 NOT_FOUND: Final = 404
 
 
+# Told a publish's settlement: its outcome, or the error its channel ended with.
+Settled: TypeAlias = "Callable[[PublishOutcome | BaseException], None]"
+
+
 @dataclass(slots=True)
 class _Publish:
     """A publish waiting for its confirm; what a return is matched against."""
 
-    future: asyncio.Future[PublishOutcome]
+    settled: Settled  # called once, with the outcome or the channel's error
     exchange: str
     routing_key: str
     header: bytes  # the content header's payload as sent
@@ -67,12 +72,38 @@ class Confirms:
 
         ``through``: the size of a body passed through in frames (``body`` is empty).
         """
-        self._next_tag += 1
         future: asyncio.Future[PublishOutcome] = self._loop.create_future()
-        self._unconfirmed[self._next_tag] = _Publish(
-            future, exchange, routing_key, header, body, acemq_id, through
+        self.track_call(
+            _resolve(future),
+            exchange=exchange,
+            routing_key=routing_key,
+            header=header,
+            body=body,
+            acemq_id=acemq_id,
+            through=through,
         )
         return future
+
+    def track_call(
+        self,
+        settled: Settled,
+        *,
+        exchange: str,
+        routing_key: str,
+        header: bytes,
+        body: Body,
+        acemq_id: object = None,
+        through: int = 0,
+    ) -> None:
+        """Take the next delivery tag for a publish about to be sent; tell ``settled`` once.
+
+        ``settled`` is called from the frame handler with the outcome, or with the error
+        the channel ended with: it must be quick and must not raise.
+        """
+        self._next_tag += 1
+        self._unconfirmed[self._next_tag] = _Publish(
+            settled, exchange, routing_key, header, body, acemq_id, through
+        )
 
     def passed_through(self, method: BasicReturn, body_size: int) -> bool:
         """Whether a return of this size is for a publish whose body was passed through."""
@@ -123,16 +154,28 @@ class Confirms:
             tags = [tag] if tag in unconfirmed else []
         for t in tags:
             publish = unconfirmed.pop(t)
-            if not publish.future.done():
-                returned = publish.returned and outcome is PublishOutcome.CONFIRMED
-                publish.future.set_result(PublishOutcome.RETURNED if returned else outcome)
+            returned = publish.returned and outcome is PublishOutcome.CONFIRMED
+            publish.settled(PublishOutcome.RETURNED if returned else outcome)
 
     def fail(self, error: ChannelLostError) -> None:
         """Fail every publish in flight: the channel ended before the broker settled them."""
-        for publish in self._unconfirmed.values():
-            if not publish.future.done():
-                publish.future.set_exception(_publish_error(error, publish.exchange))
-        self._unconfirmed.clear()
+        unconfirmed, self._unconfirmed = self._unconfirmed, {}
+        for publish in unconfirmed.values():
+            publish.settled(_publish_error(error, publish.exchange))
+
+
+def _resolve(future: asyncio.Future[PublishOutcome]) -> Settled:
+    """Return a ``settled`` that resolves ``future`` (unless it was cancelled)."""
+
+    def settled(result: PublishOutcome | BaseException) -> None:
+        if future.done():
+            return
+        if isinstance(result, BaseException):
+            future.set_exception(result)
+        else:
+            future.set_result(result)
+
+    return settled
 
 
 def _publish_error(error: ChannelLostError, exchange: str) -> ChannelLostError | MissingEntityError:

@@ -3,16 +3,17 @@
 The channel hands it the frames of its deliveries and returns, and
 :class:`~sidecar.amqp.content.ContentReader` puts each message together. A delivery's body
 size is told as its content header arrives, before the body does. A whole delivery is
-expected by the channel's acks and handed to the consumer's callback as a task of its own;
-none is handed over once the channel is closed (the broker redelivers it). The bytes of
-the deliveries not yet settled (acked, rejected, or given back with the channel) are
-counted against the channel's budget, if it has one, from each content header on. A
-delivery whose body is over the consumer's ``max_body_bytes`` is handed over at its header
-with its body passing through (:mod:`sidecar.amqp.stream`; ``passing_body`` gives the
-stream to the publish that takes it): not held, not counted. A return marks the publish it
-is for (:class:`~sidecar.amqp.confirms.Confirms`); one that matches none closes the
-channel, so that every unconfirmed publish is redelivered. The return of a body that was
-published passing through is not held either: its frames are dropped as they come.
+expected by the channel's acks and handed to the consumer's callback (a coroutine it
+returns runs as a task of its own); none is handed over once the channel is closed (the
+broker redelivers it). The bytes of the deliveries not yet settled (acked, rejected, or
+given back with the channel) are counted against the channel's budget, if it has one,
+from each content header on. A delivery whose body is over the consumer's
+``max_body_bytes`` is handed over at its header with its body passing through
+(:mod:`sidecar.amqp.stream`; ``passing_body`` gives the stream to the publish that takes
+it): not held, not counted. A return marks the publish it is for
+(:class:`~sidecar.amqp.confirms.Confirms`); one that matches none closes the channel, so
+that every unconfirmed publish is redelivered. The return of a body that was published
+passing through is not held either: its frames are dropped as they come.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ class Inbound:
         self._acks = acks
         self._confirms = confirms
         self._content = ContentReader(channel.number, passes=self._passes, resume=room)
-        self._callback: Callable[[Delivery], Coroutine[Any, Any, None]] | None = None
+        self._callback: Callable[[Delivery], Coroutine[Any, Any, None] | None] | None = None
         self._on_body_size: Callable[[int], None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._room = room  # called when a settlement made room under the budget
@@ -81,7 +82,7 @@ class Inbound:
 
     def consume(
         self,
-        callback: Callable[[Delivery], Coroutine[Any, Any, None]],
+        callback: Callable[[Delivery], Coroutine[Any, Any, None] | None],
         *,
         on_body_size: Callable[[int], None] | None,
         budget_bytes: int | None = None,
@@ -183,7 +184,8 @@ class Inbound:
             delivery = delivery_of(
                 method, content.header, content.body, content.unread, unread_body
             )
-            self._spawn(self._callback(delivery))
+            if (work := self._callback(delivery)) is not None:
+                self._spawn(work)
         elif stream is not None:
             stream.discard()  # not handed over: the broker redelivers it
 

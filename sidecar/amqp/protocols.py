@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine, Mapping
 
+    from sidecar.amqp.confirms import Settled
     from sidecar.amqp.stream import BodyStream
     from sidecar.contract import PropertyValue
     from sidecar.wire import Body, Delivery, FieldValue, PublishOutcome, UndecodableTable
@@ -42,6 +43,20 @@ class Publisher(Protocol):
         content_header: bytes | None = None,
     ) -> PublishOutcome:
         """Publish and wait for the broker's settlement; ``on_slow`` once if it is slow."""
+        ...
+
+    def publish_now(
+        self,
+        body: Body,
+        *,
+        exchange: str,
+        routing_key: str,
+        properties: Mapping[str, PropertyValue],
+        headers: Mapping[str, FieldValue] | UndecodableTable | None,
+        settled: Settled,
+        content_header: bytes | None = None,
+    ) -> bool:
+        """Publish without waiting, ``settled`` told the answer; False: not now (nothing sent)."""
         ...
 
     async def publish_through(
@@ -79,6 +94,10 @@ class AckChannel(Protocol):
         """Return the stream of a delivery whose body passes through, once; else None."""
         ...
 
+    def try_ack(self, delivery_tag: int) -> bool | None:
+        """Ack now if nothing holds acks back; None: ``ack`` must wait (nothing was done)."""
+        ...
+
     async def reject(self, delivery_tag: int, *, requeue: bool) -> bool:
         """Reject one delivery (``basic.reject``); False when the channel is gone."""
         ...
@@ -100,14 +119,14 @@ class Consumer(Protocol):
     async def consume(
         self,
         queue: str,
-        callback: Callable[[Delivery], Coroutine[Any, Any, None]],
+        callback: Callable[[Delivery], Coroutine[Any, Any, None] | None],
         *,
         consumer_tag: str,
         on_body_size: Callable[[int], None] | None = None,
         max_in_flight_bytes: int | None = None,
         max_body_bytes: int | None = None,
     ) -> None:
-        """Start consuming; ``callback`` runs as its own task per delivery.
+        """Start consuming; ``callback`` gets each delivery (its coroutine, if any, a task).
 
         ``on_body_size`` hears each delivery's body size from its content header, before
         the body arrives; it runs in the frame handler, so it must be quick and not raise.
@@ -136,6 +155,10 @@ class Consumer(Protocol):
 
     async def ack(self, delivery_tag: int) -> bool:
         """Ack one delivery; False when the channel is gone (the broker redelivers it)."""
+        ...
+
+    def try_ack(self, delivery_tag: int) -> bool:
+        """Ack one delivery as ``ack`` does, without a coroutine."""
         ...
 
     def passing_body(self, delivery_tag: int) -> BodyStream | None:

@@ -25,6 +25,7 @@ from sidecar.wire import content_header as encode_content_header
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
+    from sidecar.amqp.confirms import Settled
     from sidecar.amqp.lifecycle import ChannelLink
     from sidecar.amqp.stream import BodyStream
     from sidecar.contract import PropertyValue
@@ -90,6 +91,47 @@ class PublishingChannel(ChannelLife):
             slow_after_s=slow_after_s,
             on_slow=on_slow,
         )
+
+    def publish_now(
+        self,
+        body: Body,
+        *,
+        exchange: str,
+        routing_key: str,
+        properties: Mapping[str, PropertyValue],
+        headers: Mapping[str, FieldValue] | UndecodableTable | None,
+        settled: Settled,
+        content_header: bytes | None = None,
+    ) -> bool:
+        """Publish mandatory now, with no coroutine, future or timer; ``settled`` hears how.
+
+        The common case of ``publish``: False, with nothing written, when the channel is
+        not open or the broker pauses it (``publish`` waits then). Raises
+        :class:`WireError` before writing, as ``publish`` does. ``settled`` is called once,
+        from the frame handler, with the outcome or the error the channel ended with.
+        """
+        if not self.is_open or not self.is_flowing:
+            return False
+        header, data, acemq_id = _publish_frames(
+            self.number,
+            self._link.frame_max,
+            body,
+            exchange=exchange,
+            routing_key=routing_key,
+            properties=properties,
+            headers=headers,
+            content_header=content_header,
+        )
+        self._confirms.track_call(
+            settled,
+            exchange=exchange,
+            routing_key=routing_key,
+            header=header,
+            body=body,
+            acemq_id=acemq_id,
+        )
+        self._link.write(data)
+        return True
 
     async def publish_through(
         self,

@@ -137,7 +137,7 @@ class RouteConsumer:
         queue: str,
         window: InFlightWindow,
         state: RouteState,
-        settle: Callable[[AckChannel, Delivery], Coroutine[Any, Any, None]],
+        settle: Callable[[AckChannel, Delivery], Coroutine[Any, Any, None] | None],
         clock: Clock,
         max_body_bytes: int | None = None,
     ) -> None:
@@ -172,11 +172,17 @@ class RouteConsumer:
 
     async def ack(self, delivery_tag: int) -> bool:
         """Ack one delivery (once no cancel waits); False when the channel is gone."""
+        while (acked := self.try_ack(delivery_tag)) is None:
+            await self._gate.opened.wait()
+        return acked
+
+    def try_ack(self, delivery_tag: int) -> bool | None:
+        """Ack now, unless a cancel holds acks back (None: nothing done, ``ack`` waits)."""
         gate = self._gate
-        if not gate.opened.is_set():  # the common case costs no coroutine
-            await gate.opened.wait()
+        if not gate.opened.is_set():
+            return None
         gate.settled(delivery_tag)
-        if await self._channel.ack(delivery_tag):
+        if self._channel.try_ack(delivery_tag):
             self._active_at = self._monotonic()
             self._arrived.pop(delivery_tag, None)
             return True
@@ -245,10 +251,10 @@ class RouteConsumer:
         """Return why, once the channel closes or the broker cancels the consumer."""
         return await self._channel.wait_closed()
 
-    async def _deliver(self, delivery: Delivery) -> None:
+    def _deliver(self, delivery: Delivery) -> Coroutine[Any, Any, None] | None:
         self._arrived[delivery.delivery_tag] = self._active_at = self._monotonic()
         self._gate.delivered(delivery.delivery_tag)
-        await self._settle(self, delivery)
+        return self._settle(self, delivery)
 
     # --- changing the window ---
 

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
     from sidecar.amqp import Publisher, RelayConnection
 
-__all__ = ["PublishLane"]
+__all__ = ["PublishLane", "Shared"]
 
 PUBLISH_PREFETCH = 1  # the publish channel consumes nothing; its qos is never used
 # A publish channel the broker has not opened in this long is given up (ChannelLostError):
@@ -43,7 +43,7 @@ PUBLISH_PREFETCH = 1  # the publish channel consumes nothing; its qos is never u
 OPEN_TIMEOUT_S = 30.0
 
 
-class _Shared:
+class Shared:
     """A shared publish channel, how many publishes are on it, and whether it is retired."""
 
     __slots__ = ("publisher", "retired", "users")
@@ -61,10 +61,11 @@ class PublishLane:
         self._connection = connection
         self._gate = ConnectionGate.of(connection)
         self._stop = stop  # lets a publish waiting at the gate go, with nothing written
-        self._shared: _Shared | None = None
-        self._retired: list[_Shared] = []  # closed by their last user, or by close()
+        self._shared: Shared | None = None
+        self._retired: list[Shared] = []  # closed by their last user, or by close()
         self._opening = asyncio.Lock()
         self._alone = asyncio.Lock()  # one publish alone at a time: no storm of channels
+        self._closing: set[asyncio.Task[None]] = set()  # retired channels being closed
         self._closed = False
 
     @property
@@ -76,7 +77,7 @@ class PublishLane:
         """Open the shared channel now, so that a route that cannot publish does not start."""
         await self._current()
 
-    def shared(self) -> _SharedUse:
+    def shared(self) -> SharedUse:
         """Enter the shared publish channel: a new one if the broker closed it or it retired.
 
         ``async with lane.shared() as publisher``. The channel is counted as in use until the
@@ -84,9 +85,31 @@ class PublishLane:
         class, not a generator: every publish enters it. Entering passes the connection's
         gate; a stop while it waits there raises ``ChannelLostError``.
         """
-        return _SharedUse(self)
+        return SharedUse(self)
 
-    async def _release(self, shared: _Shared) -> None:
+    def shared_now(self) -> Shared | None:
+        """Take the shared channel for a publish now, if it is open and the gate lets it go.
+
+        The fast pass's ``shared``: None when a publish would have to wait (a channel to
+        open, a probe at the gate); ``release_now`` gives it back once answered.
+        """
+        shared = self._shared
+        if shared is None or not shared.publisher.is_open or not self._gate.try_enter():
+            return None
+        shared.users += 1
+        return shared
+
+    def release_now(self, shared: Shared, *, answered: bool) -> None:
+        """Give back what ``shared_now`` took: the publish has its answer, or went unsent."""
+        self._gate.leave(lead=0, answered=answered)
+        shared.users -= 1
+        if shared.retired and shared.users == 0 and shared in self._retired:
+            self._retired.remove(shared)
+            task = asyncio.get_running_loop().create_task(shared.publisher.close())
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+
+    async def _release(self, shared: Shared) -> None:
         shared.users -= 1
         if shared.retired and shared.users == 0 and shared in self._retired:
             self._retired.remove(shared)
@@ -101,7 +124,7 @@ class PublishLane:
         shared.retired = True
         self._retired.append(shared)
 
-    async def _current(self) -> _Shared:
+    async def _current(self) -> Shared:
         shared = self._shared
         if shared is not None and shared.publisher.is_open:
             return shared
@@ -109,7 +132,7 @@ class PublishLane:
             shared = self._shared
             if shared is None or not shared.publisher.is_open:
                 channel = await self._new_channel()
-                self._shared = shared = _Shared(channel)
+                self._shared = shared = Shared(channel)
             if self._closed:  # closed while it opened: leave nothing behind
                 await shared.publisher.close()
             return shared
@@ -193,14 +216,14 @@ class PublishLane:
             await each.publisher.close()
 
 
-class _SharedUse:
+class SharedUse:
     """One publish's use of the shared channel: ``async with lane.shared() as publisher``."""
 
     __slots__ = ("_lane", "_lead", "_shared")
 
     def __init__(self, lane: PublishLane) -> None:
         self._lane = lane
-        self._shared: _Shared | None = None
+        self._shared: Shared | None = None
         self._lead = 0
 
     async def __aenter__(self) -> Publisher:
@@ -212,7 +235,7 @@ class _SharedUse:
         self._shared = shared
         return shared.publisher
 
-    async def _through_gate(self, shared: _Shared) -> _Shared:
+    async def _through_gate(self, shared: Shared) -> Shared:
         """Wait at the connection's gate; the channel to publish on once through it.
 
         A channel closed before it could carry a probe (nothing of this publish was

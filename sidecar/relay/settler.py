@@ -1,64 +1,60 @@
 """The I/O of one delivery: carry out what the settle step decides, until it is settled.
 
 ``Settler`` runs ``sidecar.settle.step`` for each delivery a route's ``RouteWorker`` hands
-it: ``begin``, then each action carried out (a publish by ``PlanPublisher`` on the route's
-publish lane, a wait, the ack or reject on the channel the delivery came on) and each
-publish's result or exception read into an answer, in one place (``publish_answer``), for
-``after``. What the step observed goes to metrics, the route log and the route's state in
-one place too (``_observe``). Its one rule is the relay's: a delivery is acked only after
-the broker confirmed its normalised copy, or its quarantine copy.
+it: ``begin``, then, unless the fast pass settles it (``sidecar.relay.fast_pass``), each
+action carried out as a task (a publish by ``PlanPublisher`` on the route's publish lane,
+a wait, the ack or reject on the channel the delivery came on) and each publish's result
+or exception read into an answer, in one place (``publish_answer``), for ``after``. What
+the step observed goes to metrics, the route log and the route's state in one place too
+(``sidecar.relay.sink``). Its one rule is the relay's: a delivery is acked only after the
+broker confirmed its normalised copy, or its quarantine copy.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, assert_never
+from typing import TYPE_CHECKING, Any, assert_never
 
 from sidecar.amqp import ChannelClosedError, ChannelLostError, MissingEntityError
-from sidecar.contract import Policy, producer_of
+from sidecar.contract import Policy
 from sidecar.errors import WireError
-from sidecar.relay.publisher import PlanPublisher
-from sidecar.relay.state import HeldDelivery
+from sidecar.relay.fast_pass import FastPass, delay_s_for, not_now
+from sidecar.relay.publisher import CONFIRM_TIMEOUT_S, PlanPublisher
+from sidecar.relay.sink import RouteSink
 from sidecar.relay.waits import first_of, sleep_unless
 from sidecar.routemap import Mode
 from sidecar.settle import (
     BUG_REASON,
     PUBLISHED,
     Ack,
-    Blocked,
-    Bug,
     DeadLetter,
     Failed,
     GiveBack,
-    Held,
     HoldLimits,
-    Left,
     LetGo,
     Lost,
     Publish,
-    Quarantined,
     Refused,
     Requeue,
-    RetriedCopy,
     Target,
     Unwritable,
-    Violations,
     Wait,
     WaitUnblocked,
     after,
-    backoff_s,
     begin,
 )
 
 if TYPE_CHECKING:
     import asyncio
+    from collections.abc import Coroutine
 
     from sidecar.amqp import AckChannel, BodyStream, RelayConnection
     from sidecar.observe import RouteLog
     from sidecar.relay.context import RouteContext
     from sidecar.relay.lane import PublishLane
-    from sidecar.relay.state import RouteState
-    from sidecar.settle import Answer, Event
+    from sidecar.relay.state import HeldDelivery, RouteState
+    from sidecar.routemap import Route
+    from sidecar.settle import Answer, Step
     from sidecar.wire import Delivery
 
 __all__ = ["Settler", "publish_answer"]
@@ -67,10 +63,11 @@ log = logging.getLogger("sidecar.relay")  # the relay's lines, whichever module 
 
 
 class Settler:
-    """Settles one route's deliveries: the settle step's actions carried out, its events sunk.
+    """Settles one route's deliveries: the settle step's actions carried out.
 
-    What to do with each delivery is ``sidecar.settle.step``'s; this class publishes (by
-    its ``PlanPublisher``), waits, acks and rejects as the step says.
+    What to do with each delivery is ``sidecar.settle.step``'s; the common case is settled
+    by the fast pass (``sidecar.relay.fast_pass``), everything else here: this class
+    publishes (by its ``PlanPublisher``), waits, acks and rejects as the step says.
     """
 
     def __init__(
@@ -81,72 +78,101 @@ class Settler:
         log: RouteLog,
         stop: asyncio.Event,
     ) -> None:
-        route = self.route = context.route
-        self._target = Target(
-            queue=route.queue,
-            exchange=route.exchange,
-            routing_key=route.routing_key,
-            audit=route.mode is Mode.AUDIT,
-            policy=Policy(publishers=route.publishers, origin=route.origin, login=context.login),
-        )
+        self.route = context.route
+        self._target = _target_of(context)
         # Lowered by the worker once the broker took a delivery back (its consumer_timeout).
-        self.limits = HoldLimits(
-            consumer_timeout_s=route.limits.consumer_timeout_s,
-            nack_max_attempts=route.limits.nack_max_attempts,
-            nack_max_s=route.limits.nack_max_s,
-        )
-        self._quarantine_exchange = context.quarantine_exchange
-        self._metrics = context.metrics
+        self.limits = _limits_of(context.route)
+        self.quarantine_exchange = context.quarantine_exchange
         self._clock = context.clock
+        self.monotonic = context.clock.monotonic
         self._new_id = context.new_id
         self._state = state
-        self._log = log
         self._stop = stop
-        self._rng = context.rng
+        self.rng = context.rng
+        self._sink = RouteSink.of(context, route_log=log, state=state)
         self._publisher = PlanPublisher(context)
+        self._fast = FastPass(self, sink=self._sink, stop=stop, limit_s=CONFIRM_TIMEOUT_S)
         self._lane: PublishLane | None = None
         self._connection: RelayConnection | None = None
 
     def attach(self, connection: RelayConnection, lane: PublishLane) -> None:
         """Publish on ``lane`` from now on, and watch ``connection`` for a broker's block."""
-        self._lane = lane
-        self._connection = connection
+        self._lane, self._connection = lane, connection
+        self._fast.attach(connection, lane)
 
-    async def settle(self, consumer: AckChannel, delivery: Delivery) -> None:
-        """Settle one delivery: carry out the settle step's actions until it is settled.
+    def offer(self, consumer: AckChannel, delivery: Delivery) -> Coroutine[Any, Any, None] | None:
+        """Take one delivery: settled by the fast pass, or the coroutine that settles it.
 
-        The plan is made once. A held delivery stays unacked on its channel and is
-        published again after the step's wait: closing its channel would requeue it, and a
-        quorum queue counts every requeue against its delivery limit. A publish without a
-        confirm is never sent twice: its first outcome is awaited however long it takes.
+        The plan is made once, here. A held delivery stays unacked and is published again
+        after the step's wait (a requeue would spend a quorum queue's delivery); a publish
+        without a confirm is never sent twice.
         """
-        state = self._state
-        state.begin()
-        started = self._clock.monotonic()
-        held = HeldDelivery(state)
+        held = self._sink.begin(delivery)
+        started = self.monotonic()
+        try:
+            step = begin(delivery, self._target, now_ms=self._clock.now_ms(), new_id=self._new_id)
+            if step.events:
+                self._sink.observe(step.events, delivery, held)
+            if self._fast.publish(consumer, delivery, step, held, started=started):
+                return None
+        except Exception as e:  # noqa: BLE001 - a bug must not reach the frame handler
+            return self.give_back_for_bug(consumer, held, e)
+        return self.settle_from(consumer, delivery, held, step, started=started)
+
+    async def settle_from(
+        self,
+        consumer: AckChannel,
+        delivery: Delivery,
+        held: HeldDelivery,
+        step: Step,
+        *,
+        started: float,
+    ) -> None:
+        """Carry out a delivery's steps from ``step`` (its events observed) until settled."""
         # A body over max_body_bytes: its frames wait on the connection for the publish
         # that takes them, or are dropped at the end if none did.
         stream = consumer.passing_body(delivery.delivery_tag) if delivery.unread_body else None
         try:
             lane = self._lane
             assert lane is not None  # noqa: S101 - attached before consuming starts
-            await self._carry_out(consumer, lane, delivery, held, started=started, stream=stream)
+            await self._carry_out(
+                consumer, lane, delivery, held, step=step, started=started, stream=stream
+            )
         except MissingEntityError as e:
             # The passive checks of a reopen say when it exists again; till then the
             # deliveries wait in staging, not here.
-            state.pause(str(e))
-            await consumer.close()
+            await self.pause_for(consumer, None, e)
         except ChannelLostError as e:
             log.debug("route %s: delivery left to the broker: %s", self.route.name, e)
-        except Exception:
-            log.exception("route %s: a delivery could not be settled", self.route.name)
-            state.pause(BUG_REASON)
-            await consumer.close()  # the broker redelivers it, after the route's backoff
+        except Exception as e:  # noqa: BLE001 - logged with its traceback, the route paused
+            await self.give_back_for_bug(consumer, None, e)
         finally:
             if stream is not None:
                 stream.discard()
-            held.release()
-            state.end()
+            self._sink.finished(held)
+
+    async def pause_for(
+        self, consumer: AckChannel, held: HeldDelivery | None, missing: MissingEntityError
+    ) -> None:
+        """Pause the route for a missing entity, closing the channel (``held``: then end it)."""
+        await self._give_back(consumer, held, str(missing))
+
+    async def give_back_for_bug(
+        self, consumer: AckChannel, held: HeldDelivery | None, error: Exception
+    ) -> None:
+        """Log a bug, pause the route, close the channel (``held``: then end the delivery)."""
+        log.error("route %s: a delivery could not be settled", self.route.name, exc_info=error)
+        await self._give_back(consumer, held, BUG_REASON)
+
+    async def _give_back(
+        self, consumer: AckChannel, held: HeldDelivery | None, reason: str
+    ) -> None:
+        try:
+            self._state.pause(reason)
+            await consumer.close()  # the broker redelivers what it holds, after the backoff
+        finally:
+            if held is not None:
+                self._sink.finished(held)
 
     async def _carry_out(
         self,
@@ -155,18 +181,15 @@ class Settler:
         delivery: Delivery,
         held: HeldDelivery,
         *,
+        step: Step,
         started: float,
         stream: BodyStream | None,
     ) -> None:
-        """Carry out each action of the settle step, from ``begin`` to the last one."""
-        clock, route = self._clock, self.route
-        step = begin(delivery, self._target, now_ms=clock.now_ms(), new_id=self._new_id)
+        """Carry out each action of the settle step, from ``step`` to the last one."""
+        route = self.route
         while True:
-            if step.events:
-                self._observe(step.events, delivery, held)
-            action = step.action
-            match action:
-                case Publish():
+            match step.action:
+                case Publish() as action:
                     answer = await publish_answer(
                         self._publisher,
                         lane,
@@ -178,14 +201,16 @@ class Settler:
                         connection=self._connection,
                         stream=stream,
                     )
+                    attempt, now = step.attempt, self.monotonic()
+                    held_s, holds = now - started, attempt.holds
                     step = after(
-                        step.attempt,
+                        attempt,
                         answer,
-                        held_s=clock.monotonic() - started,
-                        delay_s=backoff_s(step.attempt.holds, rng=self._rng),
+                        held_s=held_s,
+                        delay_s=delay_s_for(answer, holds, self.rng),
                         limits=self.limits,
                         exchange=route.exchange,
-                        quarantine_exchange=self._quarantine_exchange,
+                        quarantine_exchange=self.quarantine_exchange,
                         route=route.name,
                     )
                 case Wait(delay_s=wait_s, then=then):
@@ -194,12 +219,14 @@ class Settler:
                         return  # the broker redelivers it
                     step = then
                 case WaitUnblocked(then=then):
-                    if not await self._unblocked():
+                    if not await _unblocked(self._connection, self._stop):
                         return  # stopping while blocked: the broker redelivers it
                     step = then
-                case _:
-                    await self._finish(consumer, delivery, held, action, started=started)
+                case _ as last:
+                    await self._finish(consumer, delivery, held, last, started=started)
                     return
+            if step.events:
+                self._sink.observe(step.events, delivery, held)
 
     async def _finish(
         self,
@@ -214,10 +241,7 @@ class Settler:
         match action:
             case Ack(outcome=outcome):
                 if await consumer.ack(delivery.delivery_tag):
-                    elapsed_s = self._clock.monotonic() - started
-                    self._metrics.observe_message(self.route.name, outcome, elapsed_s)
-                    held.release()
-                    self._state.settled()
+                    self._sink.acked(outcome, started=started, held=held)
             case DeadLetter(reason=reason):
                 await self._publisher.dead_letter(consumer, delivery, reason)
             case GiveBack(reason=reason):
@@ -230,42 +254,34 @@ class Settler:
             case _:
                 assert_never(action)
 
-    async def _unblocked(self) -> bool:
-        """Wait until the broker unblocks the connection; False when a stop comes first."""
-        connection = self._connection
-        assert connection is not None  # noqa: S101 - only a connection says Blocked
-        await first_of(connection.wait_unblocked(), self._stop.wait())
-        return not self._stop.is_set()
 
-    def _observe(self, events: tuple[Event, ...], delivery: Delivery, held: HeldDelivery) -> None:
-        """Hand what the step saw to metrics, the route log and the route's state."""
-        route = self.route.name
-        for event in events:
-            match event:
-                case Held(reason=reason):
-                    held.take(reason)
-                case RetriedCopy():
-                    self._metrics.count_retried_copy(route)
-                case Violations(verdict=verdict):
-                    producer = producer_of(
-                        delivery.headers,
-                        delivery.properties,
-                        publishers=self._target.policy.publishers,
-                    )
-                    self._metrics.count_violations(
-                        route,
-                        [(str(v.kind), v.header) for v in verdict.violations],
-                        producer=producer,
-                    )
-                    self._log.violations(verdict, delivery, now=self._clock.monotonic())
-                case Quarantined(reason=reason):
-                    self._log.quarantined(reason, delivery, now=self._clock.monotonic())
-                case Bug(while_=while_, error=error):
-                    log.error("route %s: %s", route, while_, exc_info=error)
-                case Left(reason=reason):
-                    log.debug("route %s: delivery left to the broker: %s", route, reason)
-                case _:
-                    assert_never(event)
+async def _unblocked(connection: RelayConnection | None, stop: asyncio.Event) -> bool:
+    """Wait until the broker unblocks the connection; False when a stop comes first."""
+    assert connection is not None  # noqa: S101 - only a connection says Blocked
+    await first_of(connection.wait_unblocked(), stop.wait())
+    return not stop.is_set()
+
+
+def _limits_of(route: Route) -> HoldLimits:
+    """Return the bounds on holding one of the route's deliveries, as its map says them."""
+    limits = route.limits
+    return HoldLimits(
+        consumer_timeout_s=limits.consumer_timeout_s,
+        nack_max_attempts=limits.nack_max_attempts,
+        nack_max_s=limits.nack_max_s,
+    )
+
+
+def _target_of(context: RouteContext) -> Target:
+    """Return where a route's copies go, and what the contract needs to know of the route."""
+    route = context.route
+    return Target(
+        queue=route.queue,
+        exchange=route.exchange,
+        routing_key=route.routing_key,
+        audit=route.mode is Mode.AUDIT,
+        policy=Policy(publishers=route.publishers, origin=route.origin, login=context.login),
+    )
 
 
 async def publish_answer(
@@ -289,8 +305,8 @@ async def publish_answer(
     not the delivery's: it goes up to pause the route. ``stream``: the delivery's body,
     passing through.
     """
-    if (not_now := _not_now(consumer, connection)) is not None:
-        return not_now
+    if (not_yet := not_now(consumer, connection)) is not None:
+        return not_yet
     try:
         published = await publisher.publish(
             lane, delivery, publish.plan, held, alone=publish.alone, stream=stream
@@ -306,12 +322,3 @@ async def publish_answer(
     except Exception as e:  # noqa: BLE001 - a bug while publishing: the step decides, Bug logs it
         return Failed(e)
     return PUBLISHED[published]
-
-
-def _not_now(consumer: AckChannel, connection: RelayConnection | None) -> Answer | None:
-    """Return the answer for a publish that must not be written now; None: publish it."""
-    if not consumer.is_open:
-        return Lost(gone=True, error="the channel it came on is closing")
-    if connection is not None and (reason := connection.blocked_reason) is not None:
-        return Blocked(reason)
-    return None

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from sidecar.clock import Clock
     from sidecar.observe import Metrics, RouteLog
+    from sidecar.wire import Delivery
 
 __all__ = ["HeldDelivery", "RouteState"]
 
@@ -166,13 +167,14 @@ class RouteState:
 
 
 class HeldDelivery:
-    """One delivery's share in its route's count of held deliveries."""
+    """One delivery's share in its route's count of held deliveries (and the delivery)."""
 
-    __slots__ = ("_held", "_state")
+    __slots__ = ("_held", "_state", "delivery")
 
-    def __init__(self, state: RouteState) -> None:
+    def __init__(self, state: RouteState, delivery: Delivery | None = None) -> None:
         self._state = state
         self._held = False
+        self.delivery = delivery
 
     def take(self, reason: str) -> None:
         """Count the delivery as held (once) and pause the route with the reason."""

@@ -181,7 +181,7 @@ class RouteWorker:
             queue=route.queue,
             window=self._window,
             state=self.state,
-            settle=self._settler.settle,
+            settle=self._settler.offer,
             clock=self._clock,
             max_body_bytes=route.limits.max_body_bytes,
         )

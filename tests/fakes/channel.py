@@ -135,6 +135,10 @@ class FakeChannel(Consuming, PublishRecorder):
 
     async def ack(self, delivery_tag: int) -> bool:
         """Ack a delivery of any consumer of the channel, cancelled or not."""
+        return self.try_ack(delivery_tag)
+
+    def try_ack(self, delivery_tag: int) -> bool:
+        """Ack as ``ack`` does, without a coroutine."""
         if not self.is_open:
             self.late.append(delivery_tag)
             return False

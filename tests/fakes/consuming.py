@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
     from tests.fakes.broker import FakeBroker
 
-Callback = Callable[[Delivery], Coroutine[Any, Any, None]]
+Callback = Callable[[Delivery], Coroutine[Any, Any, None] | None]
 TASKS: set[asyncio.Task[None]] = set()
 CANONICAL: dict[str, Any] = {
     "x-acemq-type": "order.placed",
@@ -82,11 +82,11 @@ class Consuming:
             if consumer.on_body_size is not None:
                 consumer.on_body_size(size)
             message = next(self.broker.ids)
-            task = asyncio.get_running_loop().create_task(
-                consumer.callback(delivery(delivery_tag, message, size))
-            )
-            TASKS.add(task)
-            task.add_done_callback(TASKS.discard)
+            work = consumer.callback(delivery(delivery_tag, message, size))
+            if work is not None:  # as the client does: a coroutine runs as a task
+                task = asyncio.get_running_loop().create_task(work)
+                TASKS.add(task)
+                task.add_done_callback(TASKS.discard)
 
     def dispatch(self) -> None:
         """Send to each consumer while it has credit: its prefetch less what it holds."""

@@ -1,7 +1,9 @@
 """The publish half of the client's ``Publisher`` for the unit tests' fake channels.
 
-``PublishRecorder.publish`` has the client's signature; a fake says what the broker
-answers to each publish in ``answer``. An exception answer is raised, as the client raises.
+``PublishRecorder.publish`` and ``publish_now`` have the client's signatures; a fake says
+what the broker answers to each publish in ``answer`` (``publish_now`` hears it from a task
+of the fake's, as the client hears it from the frame handler). An exception answer is
+raised, as the client raises.
 The publish gate's probe (``sidecar.settle.publish_gate``) is confirmed at once and only counted
 (``probes``): the fakes' scripts answer the copies.
 """
@@ -9,6 +11,7 @@ The publish gate's probe (``sidecar.settle.publish_gate``) is confirmed at once 
 from __future__ import annotations
 
 import asyncio
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +25,11 @@ if TYPE_CHECKING:
     from sidecar.amqp import BodyStream
 
 Answer = PublishOutcome | Exception
+_ANSWERING: set[asyncio.Task[None]] = set()  # publish_now's answers on their way
+
+
+def _never_slow() -> None:
+    """A publish made without waiting has no slow callback: the settler sweeps for it."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +86,48 @@ class PublishRecorder:
         if isinstance(answer, Exception):
             raise answer
         return answer
+
+    is_open: bool = True
+    is_flowing: bool = True
+
+    def publish_now(
+        self,
+        body: Body,
+        *,
+        exchange: str,
+        routing_key: str,
+        properties: Mapping[str, Any],
+        headers: Any,
+        settled: Callable[[PublishOutcome | BaseException], None],
+        content_header: bytes | None = None,
+    ) -> bool:
+        """Hand the publish to ``answer`` from a task; ``settled`` hears what it says."""
+        if not self.is_open or not self.is_flowing:
+            return False
+        publish = Publish(
+            body,
+            exchange,
+            routing_key,
+            dict(properties),
+            {} if isinstance(headers, UndecodableTable) else dict(headers or {}),
+            math.inf,
+            _never_slow,
+            content_header,
+        )
+        task = asyncio.get_running_loop().create_task(self._answer_to(publish, settled))
+        _ANSWERING.add(task)
+        task.add_done_callback(_ANSWERING.discard)
+        return True
+
+    async def _answer_to(
+        self, publish: Publish, settled: Callable[[PublishOutcome | BaseException], None]
+    ) -> None:
+        try:
+            answer = await self.answer(publish)
+        except Exception as e:  # noqa: BLE001 - the client tells the channel's error
+            settled(e)
+            return
+        settled(answer)
 
     async def publish_through(
         self,

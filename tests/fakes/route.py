@@ -13,6 +13,7 @@ from sidecar.clock import Clock
 from sidecar.observe.metrics import Metrics
 from sidecar.observe.route_log import RouteLog
 from sidecar.relay.context import RouteContext
+from sidecar.relay.settler import Settler
 from sidecar.relay.state import RouteState
 from sidecar.routemap import Mode, Publishers, Route, RouteLimits
 from sidecar.wire import Int32, Int64
@@ -74,3 +75,13 @@ def orders_route(
         rng=random.Random(1),
     )
     return OrdersRoute(context, state, log, registry)
+
+
+async def settle_one(settler: Settler, state: RouteState, consumer: Any, delivery: Any) -> None:
+    """Hand the settler one delivery; return once the route has nothing in flight.
+
+    The fast pass settles from callbacks, the rest from a task: this waits for either.
+    """
+    if (work := settler.offer(consumer, delivery)) is not None:
+        await work
+    await state.idle.wait()

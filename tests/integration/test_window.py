@@ -20,7 +20,10 @@ from typing import Any
 import pytest
 
 from sidecar.amqp import Channel, Connection, Delivery, connect
+from sidecar.relay.fast_pass import FastPass
 from sidecar.relay.settler import Settler
+from sidecar.relay.sink import RouteSink
+from sidecar.relay.state import HeldDelivery
 from sidecar.wire import BrokerAddress
 from tests.integration.conftest import route_map_yaml, wait_for
 from tests.integration.test_relay import envelope, headers_of
@@ -143,20 +146,20 @@ class InFlight:
 def counting_in_flight(
     monkeypatch: pytest.MonkeyPatch, *, large_bytes: int, slow_s: float = 0.0
 ) -> Any:
-    """Count every delivery in flight through Settler.settle, with its body's bytes.
+    """Count every delivery in flight (from the route's sink's begin to its finished).
 
     ``slow_s`` holds each delivery that long before its publish (counted in flight by the
     route as by this): a route slower than its broker, whose window fills (the case where
     the window is what bounds it).
     """
     seen = InFlight()
-    settle, carry_out = Settler.settle, Settler._carry_out
+    begin, finished, carry_out = RouteSink.begin, RouteSink.finished, Settler._carry_out
 
     async def slowed(self: Settler, *args: Any, **kwargs: Any) -> Any:
         await asyncio.sleep(slow_s)
         return await carry_out(self, *args, **kwargs)
 
-    async def counted(self: Settler, consumer: Any, delivery: Delivery) -> None:
+    def counted(self: RouteSink, delivery: Delivery) -> HeldDelivery:
         size = len(delivery.body)
         seen.count += 1
         seen.bytes += size
@@ -165,15 +168,21 @@ def counting_in_flight(
         seen.peak_bytes = max(seen.peak_bytes, seen.bytes)
         if seen.tail_from is not None and seen.settled_large >= seen.tail_from:
             seen.tail_peak_bytes = max(seen.tail_peak_bytes, seen.bytes)
-        try:
-            await settle(self, consumer, delivery)
-        finally:
-            seen.count -= 1
-            seen.bytes -= size
-            seen.settled_large += size >= large_bytes
+        return begin(self, delivery)
 
-    monkeypatch.setattr(Settler, "settle", counted)
-    monkeypatch.setattr(Settler, "_carry_out", slowed)
+    def uncounted(self: RouteSink, held: HeldDelivery) -> None:
+        assert held.delivery is not None
+        size = len(held.delivery.body)
+        seen.count -= 1
+        seen.bytes -= size
+        seen.settled_large += size >= large_bytes
+        finished(self, held)
+
+    monkeypatch.setattr(RouteSink, "begin", counted)
+    monkeypatch.setattr(RouteSink, "finished", uncounted)
+    if slow_s:  # every delivery through the settler's task, which waits before publishing
+        monkeypatch.setattr(FastPass, "publish", lambda *_args, **_kwargs: False)
+        monkeypatch.setattr(Settler, "_carry_out", slowed)
     yield seen
 
 

@@ -45,6 +45,10 @@ class HalfAChannel:
     async def publish_through(self) -> None:
         """Pass nothing through."""
 
+    def publish_now(self) -> bool:
+        """Publish nothing now."""
+        return False
+
     async def close(self) -> None:
         """Close nothing."""
 

@@ -29,7 +29,7 @@ from sidecar.relay.state import RouteState
 from sidecar.routemap import Publishers, RouteLimits
 from sidecar.wire import Delivery, PublishOutcome
 from tests.fakes import Answer, FakeBroker, FakeChannel, FakeConnection
-from tests.fakes.route import CANONICAL, QUARANTINE, orders_route
+from tests.fakes.route import CANONICAL, QUARANTINE, orders_route, settle_one
 
 DENIED = "ACCESS_REFUSED - access to exchange 'orders' in vhost '/' refused for user 'u'"
 
@@ -48,7 +48,7 @@ class Rig:
 
     async def settle(self, consumer: FakeChannel, message: Delivery | None = None) -> None:
         """Settle one delivery consumed on ``consumer``."""
-        await self.settler.settle(consumer, message or delivery())
+        await settle_one(self.settler, self.state, consumer, message or delivery())
 
     def sample(self, name: str, **labels: str) -> float | None:
         """A metric of route orders."""

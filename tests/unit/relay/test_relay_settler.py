@@ -23,7 +23,7 @@ from sidecar.relay.state import RouteState
 from sidecar.routemap import Mode
 from sidecar.wire import Delivery, PublishOutcome
 from tests.fakes import Answer, FakeBroker, FakeChannel
-from tests.fakes.route import CANONICAL, QUARANTINE, orders_route
+from tests.fakes.route import CANONICAL, QUARANTINE, orders_route, settle_one
 
 
 @dataclass
@@ -42,7 +42,7 @@ class Rig:
         connection = channel.broker.connection(one_channel=channel)
         connection.is_open = connection_open
         self.settler.attach(connection, PublishLane(connection, stop=self.stop))
-        await self.settler.settle(channel, message)
+        await settle_one(self.settler, self.state, channel, message)
 
     def count(self, outcome: str) -> float | None:
         """Return the route's messages_total for the outcome."""
@@ -116,7 +116,7 @@ async def test_a_nacked_copy_is_held_then_retried_on_a_new_publish_channel() -> 
 
     rig.state.pause = pause  # type: ignore[method-assign]
     rig.settler.attach(connection, PublishLane(connection, stop=rig.stop))
-    await rig.settler.settle(consumer, delivery())
+    await settle_one(rig.settler, rig.state, consumer, delivery())
     assert [c.exchanges for c in connection.opened] == [
         ["orders"],
         ["orders"],
@@ -223,7 +223,7 @@ async def test_a_delivery_that_arrives_while_its_channel_closes_publishes_nothin
     closing = broker.consumer(is_open=False)  # the consumer channel: our close sent
     connection = broker.connection()
     rig.settler.attach(connection, PublishLane(connection, stop=rig.stop))
-    await rig.settler.settle(closing, delivery())
+    await settle_one(rig.settler, rig.state, closing, delivery())
     assert broker.published == []
     assert closing.acked == []
     assert closing.late == []

@@ -1,0 +1,279 @@
+"""The common case of a delivery, settled with no task, future or timer of its own.
+
+A delivery whose first step publishes a copy to the target on the shared channel, while
+that channel is open and flowing, the connection's gate lets publishes through at once and
+the broker blocks nothing, is published from the frame handler that read it. Its confirm
+comes back, in the frame handler that read that, to ``_Pending``, which reads the answer
+with the settle step and acks. Whatever else happens (a nack, a return, a refusal, a lost
+channel, acks held back by a cancel, a quarantine copy) leaves the fast pass: the delivery
+goes on as a task from the step it reached (``Settler.settle_from``), the one place that
+carries out the rest. Slow confirms are found by one sweep per route, not a timer each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any, Final, Protocol
+
+from sidecar.amqp import ChannelClosedError, ChannelLostError, MissingEntityError
+from sidecar.relay.connection_gate import answered
+from sidecar.settle import (
+    PUBLISHED,
+    Ack,
+    Blocked,
+    Confirmed,
+    Copy,
+    Lost,
+    Publish,
+    Refused,
+    after,
+    backoff_s,
+    slow_confirm,
+)
+from sidecar.wire import PublishOutcome
+
+if TYPE_CHECKING:
+    import random
+    from collections.abc import Coroutine
+
+    from sidecar.amqp import AckChannel, RelayConnection
+    from sidecar.relay.lane import PublishLane, Shared
+    from sidecar.relay.sink import RouteSink
+    from sidecar.relay.state import HeldDelivery
+    from sidecar.routemap import Route
+    from sidecar.settle import Answer, HoldLimits, Step
+    from sidecar.wire import Delivery
+
+__all__ = ["SWEEP_S", "FastPass", "SlowPath", "answer_of_error", "delay_s_for", "not_now"]
+
+log = logging.getLogger("sidecar.relay")  # the relay's lines, whichever module writes them
+
+SWEEP_S: Final = 5.0  # how often a route looks for confirms slower than the limit
+
+
+def delay_s_for(answer: Answer, holds: int, rng: random.Random) -> float:
+    """Return the backoff's next delay, drawn only for an answer that may hold the delivery."""
+    return 0.0 if isinstance(answer, Confirmed) else backoff_s(holds, rng=rng)
+
+
+def answer_of_error(error: BaseException, *, gone: bool) -> Answer:
+    """Return the answer a publish's channel error means; a missing entity is raised.
+
+    ``gone``: the channel went with a stop or its connection, not by the broker's hand.
+    """
+    if isinstance(error, MissingEntityError):
+        raise error
+    if isinstance(error, ChannelClosedError):
+        return Refused(error.code, error.text)
+    if isinstance(error, ChannelLostError):
+        return Lost(gone=gone, error=str(error))
+    raise error
+
+
+def not_now(consumer: AckChannel, connection: RelayConnection | None) -> Answer | None:
+    """Return the answer for a publish that must not be written now; None: publish it."""
+    if not consumer.is_open:
+        return Lost(gone=True, error="the channel it came on is closing")
+    if connection is not None and (reason := connection.blocked_reason) is not None:
+        return Blocked(reason)
+    return None
+
+
+class SlowPath(Protocol):
+    """The route's settler, as the fast pass hands it what leaves the common case."""
+
+    route: Route
+    limits: HoldLimits  # lowered by the worker once the broker took a delivery back
+    rng: random.Random
+    quarantine_exchange: str
+
+    def settle_from(
+        self,
+        consumer: AckChannel,
+        delivery: Delivery,
+        held: HeldDelivery,
+        step: Step,
+        *,
+        started: float,
+    ) -> Coroutine[Any, Any, None]:
+        """Carry out the rest of a delivery's steps, from ``step`` (its events observed)."""
+
+    def pause_for(
+        self, consumer: AckChannel, held: HeldDelivery | None, missing: MissingEntityError
+    ) -> Coroutine[Any, Any, None]:
+        """Pause the route for a missing entity, closing the channel."""
+
+    def give_back_for_bug(
+        self, consumer: AckChannel, held: HeldDelivery | None, error: Exception
+    ) -> Coroutine[Any, Any, None]:
+        """Log a bug, pause the route, close the channel."""
+
+
+class FastPass:
+    """One route's deliveries published and settled without a task; see the module docstring."""
+
+    def __init__(
+        self, slow: SlowPath, *, sink: RouteSink, stop: asyncio.Event, limit_s: float
+    ) -> None:
+        self.slow = slow
+        self.sink = sink
+        self._stop = stop
+        self.limit_s = limit_s  # a confirm slower than this holds its delivery
+        self._pending: dict[_Pending, float] = {}  # published, by when: oldest first
+        self._sweep_due: asyncio.TimerHandle | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.lane: PublishLane | None = None
+        self._connection: RelayConnection | None = None
+        self.monotonic = sink.monotonic
+
+    def attach(self, connection: RelayConnection, lane: PublishLane) -> None:
+        """Publish on ``lane``'s shared channel, unless ``connection`` is blocked."""
+        self.lane, self._connection = lane, connection
+
+    def publish(
+        self,
+        consumer: AckChannel,
+        delivery: Delivery,
+        step: Step,
+        held: HeldDelivery,
+        *,
+        started: float,
+    ) -> bool:
+        """Publish the step's copy now if nothing stands in the way; False: it did not."""
+        action, lane = step.action, self.lane
+        if not isinstance(action, Publish) or action.alone or lane is None:
+            return False
+        plan = action.plan
+        if not isinstance(plan, Copy) or not_now(consumer, self._connection) is not None:
+            return False
+        shared = lane.shared_now()
+        if shared is None:
+            return False
+        pending = _Pending(
+            self, consumer=consumer, delivery=delivery, step=step, held=held, started=started
+        )
+        pending.shared = shared
+        try:
+            sent = shared.publisher.publish_now(
+                delivery.body,
+                exchange=self.slow.route.exchange,
+                routing_key=plan.routing_key,
+                properties=plan.properties,
+                headers=plan.headers,
+                settled=pending.settled,
+                content_header=plan.content_header,
+            )
+        except Exception:  # noqa: BLE001 - the slow path publishes it again and says why
+            sent = False
+        if not sent:
+            lane.release_now(shared, answered=False)
+            return False
+        self._pending[pending] = started
+        if self._sweep_due is None:
+            self._sweep_due = asyncio.get_running_loop().call_later(SWEEP_S, self._sweep)
+        return True
+
+    def gone(self) -> bool:
+        """Whether a publish channel lost now went with a stop or its connection."""
+        lane = self.lane
+        return self._stop.is_set() or lane is None or not lane.connection_open
+
+    def spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        """Go on with a delivery as a task of its own."""
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def done(self, pending: _Pending) -> None:
+        """Forget a publish that has its answer."""
+        self._pending.pop(pending, None)
+
+    def _sweep(self) -> None:
+        """Hold the deliveries whose confirm is slower than the limit (once each)."""
+        self._sweep_due = None
+        now = self.monotonic()
+        for pending, sent in self._pending.items():
+            if now - sent < self.limit_s:
+                break
+            pending.slow()
+        if self._pending:
+            self._sweep_due = asyncio.get_running_loop().call_later(SWEEP_S, self._sweep)
+
+
+class _Pending:
+    """One delivery published by the fast pass, waiting for its confirm."""
+
+    __slots__ = ("consumer", "delivery", "fast", "held", "is_slow", "shared", "started", "step")
+
+    shared: Shared
+
+    def __init__(
+        self,
+        fast: FastPass,
+        *,
+        consumer: AckChannel,
+        delivery: Delivery,
+        step: Step,
+        held: HeldDelivery,
+        started: float,
+    ) -> None:
+        self.fast, self.consumer, self.delivery = fast, consumer, delivery
+        self.step, self.held, self.started = step, held, started
+        self.is_slow = False
+
+    def slow(self) -> None:
+        """Hold the delivery: its confirm is slower than the limit (it is still awaited)."""
+        if not self.is_slow:
+            self.is_slow = True
+            fast = self.fast
+            self.held.take(slow_confirm(fast.slow.route.exchange, limit_s=fast.limit_s))
+
+    def settled(self, result: PublishOutcome | BaseException) -> None:
+        """Read the broker's answer into the next step; ack, or go on as a task."""
+        fast = self.fast
+        fast.done(self)
+        try:
+            self._settle(fast, result)
+        except Exception as e:  # noqa: BLE001 - a bug must not reach the frame handler
+            fast.spawn(fast.slow.give_back_for_bug(self.consumer, self.held, e))
+
+    def _settle(self, fast: FastPass, result: PublishOutcome | BaseException) -> None:
+        lane, shared = fast.lane, self.shared
+        assert lane is not None  # noqa: S101 - set before anything is published
+        if result is PublishOutcome.NACKED:
+            lane.retire(shared.publisher)  # the retry goes on a new channel (see PublishLane)
+        error = result if isinstance(result, BaseException) else None
+        lane.release_now(shared, answered=answered(error))
+        consumer, delivery, held, slow = self.consumer, self.delivery, self.held, fast.slow
+        try:
+            answer = (
+                PUBLISHED[result]
+                if isinstance(result, PublishOutcome)
+                else answer_of_error(result, gone=fast.gone())
+            )
+        except MissingEntityError as missing:
+            fast.spawn(slow.pause_for(consumer, held, missing))
+            return
+        attempt = self.step.attempt
+        step = after(
+            attempt,
+            answer,
+            held_s=fast.monotonic() - self.started,
+            delay_s=delay_s_for(answer, attempt.holds, slow.rng),
+            limits=slow.limits,
+            exchange=slow.route.exchange,
+            quarantine_exchange=slow.quarantine_exchange,
+            route=slow.route.name,
+        )
+        if step.events:
+            fast.sink.observe(step.events, delivery, held)
+        action = step.action
+        if isinstance(action, Ack):
+            acked = consumer.try_ack(delivery.delivery_tag)
+            if acked is not None:
+                if acked:
+                    fast.sink.acked(action.outcome, started=self.started, held=held)
+                fast.sink.finished(held)
+                return
+        fast.spawn(slow.settle_from(consumer, delivery, held, step, started=self.started))
