@@ -154,10 +154,13 @@ class ContentReader:
         return True
 
     def cut_off(self) -> None:
-        """End the stream on its way, if any: the channel ended before its last byte."""
+        """End the stream on its way, if any: the channel ended before its last byte.
+
+        The rest of its frames, if they still come (a close the broker did not answer in
+        time), are read and dropped, never held.
+        """
         if (stream := self.stream) is not None:
-            self.stream = None
-            stream.end(whole=False)
+            stream.cut()
 
     def on_body(self, payload: memoryview) -> Content | None:
         """Take a body frame; return the message once its body is whole."""

@@ -8,9 +8,10 @@ read; while the publishing side takes no more (its write buffer over the mark), 
 waits again. A stream nothing publishes is discarded: its frames are read and dropped, and
 the delivery, unacked, is the broker's to redeliver.
 
-A stream ends whole, or cut off when its channel ends before the last byte: a publish that
-began it must then give up its whole connection, since AMQP has no way to abandon a
-message's content half-way on a channel. No I/O: the channel feeds it.
+A stream ends whole, or cut off when its channel ends before the last byte (what more of
+it comes is dropped): a publish that began it must then give up its whole connection,
+since AMQP has no way to abandon a message's content half-way on a channel. No I/O: the
+channel feeds it.
 """
 
 from __future__ import annotations
@@ -85,6 +86,12 @@ class BodyStream:
             return False
         self._full = not sink(payload)
         return True
+
+    def cut(self) -> None:
+        """End the stream cut off; whatever more of it comes is read and dropped."""
+        self.end(whole=False)
+        self._sink, self._on_end, self._full = _drop, _ignore, False
+        self._resume()
 
     def end(self, *, whole: bool) -> None:
         """End the stream: its last byte was fed (``whole``), or its channel ended first."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, assert_never
 
-from sidecar.errors import WireError
+from sidecar.errors import ChannelLostError, WireError
 from sidecar.settle import Copy, Quarantine, quarantine_copy, reason_only, slow_confirm
 from sidecar.wire import PublishOutcome
 
@@ -111,6 +111,10 @@ class PlanPublisher:
         properties, headers = quarantine_copy(
             delivery, reason=reason, queue=queue, login=self._login
         )
+
+        if stream is None and delivery.unread_body is not None:
+            # Its body is not held: without its stream there is nothing to publish.
+            raise ChannelLostError("the body passing through is no longer on its way")
 
         async def publish(headers: dict[str, FieldValue]) -> PublishOutcome:
             if stream is not None:

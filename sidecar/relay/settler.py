@@ -20,6 +20,7 @@ from sidecar.contract import Policy
 from sidecar.errors import WireError
 from sidecar.relay.fast_pass import FastPass, delay_s_for, not_now
 from sidecar.relay.publisher import CONFIRM_TIMEOUT_S, PlanPublisher
+from sidecar.relay.rounds import PassingRounds
 from sidecar.relay.sink import RouteSink
 from sidecar.relay.waits import first_of, sleep_unless
 from sidecar.routemap import Mode
@@ -27,6 +28,7 @@ from sidecar.settle import (
     BUG_REASON,
     PUBLISHED,
     Ack,
+    Blocked,
     DeadLetter,
     Failed,
     GiveBack,
@@ -91,6 +93,7 @@ class Settler:
         self.rng = context.rng
         self._sink = RouteSink.of(context, route_log=log, state=state)
         self._publisher = PlanPublisher(context)
+        self._rounds = PassingRounds()  # of the bodies passed through, given back
         self._fast = FastPass(self, sink=self._sink, stop=stop, limit_s=CONFIRM_TIMEOUT_S)
         self._lane: PublishLane | None = None
         self._connection: RelayConnection | None = None
@@ -203,6 +206,10 @@ class Settler:
                     )
                     attempt, now = step.attempt, self.monotonic()
                     held_s, holds = now - started, attempt.holds
+                    if stream is not None:  # its rounds span its redeliveries
+                        if not stream.taken and not isinstance(answer, Blocked):
+                            stream.discard()  # it comes again with the redelivery
+                        held_s, holds = self._rounds.timing(delivery, started=started, now=now)
                     step = after(
                         attempt,
                         answer,
@@ -240,9 +247,11 @@ class Settler:
         """Carry out the step's last action: ack, reject, requeue, give back or let go."""
         match action:
             case Ack(outcome=outcome):
+                self._rounds.forget(delivery)
                 if await consumer.ack(delivery.delivery_tag):
                     self._sink.acked(outcome, started=started, held=held)
             case DeadLetter(reason=reason):
+                self._rounds.forget(delivery)
                 await self._publisher.dead_letter(consumer, delivery, reason)
             case GiveBack(reason=reason):
                 self._state.pause(reason)
@@ -250,6 +259,7 @@ class Settler:
             case LetGo():
                 pass  # the broker redelivers it
             case Requeue(reason=reason):
+                self._rounds.again(delivery, started=started)
                 await self._publisher.requeue(consumer, delivery, reason)
             case _:
                 assert_never(action)

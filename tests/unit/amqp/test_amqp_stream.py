@@ -14,6 +14,7 @@ import asyncio
 import random
 from typing import TYPE_CHECKING, Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pamqp import body as pamqp_body
@@ -21,7 +22,7 @@ from pamqp import commands as spec
 from pamqp import frame as pamqp_frame
 from pamqp import header as pamqp_header
 
-from sidecar.amqp import Channel, install_codec
+from sidecar.amqp import Channel, install_codec, lifecycle
 from sidecar.amqp.link import Link
 from sidecar.errors import ChannelLostError
 from sidecar.wire import PublishOutcome, UnreadBody
@@ -86,6 +87,7 @@ class Rig:
         self.delivered: list[Delivery] = []
         self.outcomes: dict[int, PublishOutcome | BaseException] = {}
         self.passing: list[int] = []  # tags whose bodies passed through
+        self.held_at_passing: list[int] = []  # the channel's bytes held as each came
         self.sizes_counted: list[int] = []
 
     async def start(self) -> None:
@@ -118,6 +120,7 @@ class Rig:
         stream = self.channel.passing_body(tag)
         assert stream is not None
         self.passing.append(tag)
+        self.held_at_passing.append(self.channel._inbound.held_bytes)
         try:
             outcome = await self.publish(stream)
         except ChannelLostError as e:
@@ -217,9 +220,10 @@ def test_bodies_over_the_limit_pass_through_whole_and_none_is_held(
                 assert delivery.properties["message_id"] == str(delivery.delivery_tag)
             else:
                 assert bytes(delivery.body) == body_of(delivery.delivery_tag, size)
-        # A body passing through is not counted as held, nor told to the window.
+        # A body passing through is not counted as held, nor told to the window: the
+        # bodies held are acked as they come, so none is held as one passes.
         assert sorted(rig.sizes_counted) == sorted(s for s in sizes if s <= LIMIT)
-        assert rig.channel._inbound.held_bytes == 0
+        assert all(held <= LIMIT for held in rig.held_at_passing), rig.held_at_passing
         assert rig.transport.reading
 
     asyncio.run(run())
@@ -316,7 +320,58 @@ async def test_a_return_of_a_body_passed_through_is_matched_by_its_size_and_not_
         for at in range(0, 9_000, 1000)
     ]
     frames.append(pamqp_frame.marshal(spec.Basic.Ack(1), 1))
-    rig.plink.data_received(b"".join(frames))
+    data = b"".join(frames)
+    rig.plink.data_received(data[:-2000])  # all but the end of its body, and the confirm
+    await turns()
+    assert len(rig.pchannel._inbound._content._body) == 0  # its body is not held
+    rig.plink.data_received(data[-2000:])
     await turns()
     assert rig.outcomes[1] is PublishOutcome.RETURNED
-    assert rig.pchannel._inbound._content.stream is None
+
+
+async def test_a_stream_cut_off_before_a_publish_took_it_drops_the_rest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Our close of the consuming channel, unanswered in time: the rest is never held."""
+    monkeypatch.setattr(lifecycle, "CLOSE_TIMEOUT_S", 0.05)
+    rig = Rig()
+    await rig.start()
+
+    async def keep(delivery: Delivery) -> None:  # its publish waits (a gate, an alarm)
+        del delivery
+
+    rig.channel._inbound._callback = keep
+    data = deliveries([200_000])
+    rig.link.data_received(data[:-3000])
+    await turns()
+    assert not rig.transport.reading  # held at its first body frame
+    await rig.channel.close()  # the close-ok waits behind the body's frames
+    await turns()
+    assert rig.transport.reading
+    assert len(rig.channel._inbound._content._body) == 0
+    rig.link.data_received(data[-3000:])
+    await turns()
+    assert len(rig.channel._inbound._content._body) == 0
+
+
+async def test_a_stream_cut_off_half_way_drops_the_publish_and_the_rest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The publishing socket full, our close unanswered in time: nothing more is held."""
+    monkeypatch.setattr(lifecycle, "CLOSE_TIMEOUT_S", 0.05)
+    rig = Rig()
+    await rig.start()
+    data = deliveries([200_000])
+    rig.plink.pause_writing()
+    rig.link.data_received(data[:-3000])
+    await turns()
+    assert rig.passing == [1]
+    assert not rig.transport.reading
+    await rig.channel.close()
+    await turns()
+    assert rig.ptransport.aborted  # the message begun cannot be finished on its channel
+    assert len(rig.channel._inbound._content._body) == 0
+    rig.link.data_received(data[-3000:])
+    await turns()
+    assert len(rig.channel._inbound._content._body) == 0
+    assert isinstance(rig.outcomes[1], ChannelLostError)
