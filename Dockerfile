@@ -42,14 +42,15 @@ RUN python -m venv --without-pip /opt/acemq-sidecar \
  && pip --python /opt/acemq-sidecar/bin/python install --no-cache-dir --require-hashes \
       -r requirements/image.txt
 # .dockerignore lets in only what the wheel is built from, and the compile step.
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md hatch_build.py ./
 COPY sidecar ./sidecar
 COPY scripts/compile ./scripts/compile
-# The wheel is built with the pinned backend (no isolated, unpinned download) and
-# installed alone, so it cannot pull in anything the lock does not name. Then the
-# compiled build: the pure hot packages (contract, wire) compiled with mypyc in the
-# environment, next to their sources, which Python then no longer imports (docs/performance.md).
-RUN pip wheel --no-cache-dir --no-deps --no-build-isolation --wheel-dir /wheels . \
+# The wheel is built with the pinned backend (no isolated, unpinned download), plain
+# (ACEMQ_SIDECAR_PURE: the compile step below builds the same modules), and installed
+# alone, so it cannot pull in anything the lock does not name. Then the compiled build:
+# the pure hot packages (contract, wire) compiled with mypyc in the environment, next to
+# their sources, which Python then no longer imports (docs/performance.md).
+RUN ACEMQ_SIDECAR_PURE=1 pip wheel --no-cache-dir --no-deps --no-build-isolation --wheel-dir /wheels . \
  && pip --python /opt/acemq-sidecar/bin/python install --no-cache-dir --no-deps \
       /wheels/acemq_sidecar-*.whl \
  && PYTHON=python scripts/compile --in /opt/acemq-sidecar/lib/python3.11/site-packages \

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,16 @@ class Manifest:
     def name(self) -> str:
         """The object's metadata.name."""
         return str(self.body["metadata"]["name"])
+
+
+def copy_sources(into: Path) -> None:
+    """Copy what the wheel is built from (the Dockerfile's COPY lines) into ``into``."""
+    into.mkdir(parents=True, exist_ok=True)
+    for name in ("pyproject.toml", "README.md", "hatch_build.py"):
+        shutil.copy(REPO / name, into / name)
+    shutil.copytree(
+        REPO / "sidecar", into / "sidecar", ignore=shutil.ignore_patterns("__pycache__", "*.so")
+    )
 
 
 def read_values(path: Path) -> dict[str, Any]:
