@@ -17,8 +17,10 @@ import logging
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from sidecar.amqp import ChannelClosedError, ChannelLostError, MissingEntityError
+from sidecar.errors import WireError
 from sidecar.relay.connection_gate import answered
 from sidecar.settle import (
+    BUG_REASON,
     PUBLISHED,
     Ack,
     Blocked,
@@ -45,11 +47,21 @@ if TYPE_CHECKING:
     from sidecar.settle import Answer, HoldLimits, Step
     from sidecar.wire import Delivery
 
-__all__ = ["SWEEP_S", "FastPass", "SlowPath", "answer_of_error", "delay_s_for", "not_now"]
+__all__ = [
+    "SWEEP_S",
+    "FastPass",
+    "Queued",
+    "SlowPath",
+    "answer_of_error",
+    "delay_s_for",
+    "not_now",
+]
 
 log = logging.getLogger("sidecar.relay")  # the relay's lines, whichever module writes them
 
-SWEEP_S: Final = 5.0  # how often a route looks for confirms slower than the limit
+# How often a route looks for confirms slower than the limit: a slow one is held between
+# the limit and the limit plus this.
+SWEEP_S: Final = 5.0
 
 
 def delay_s_for(answer: Answer, holds: int, rng: random.Random) -> float:
@@ -99,24 +111,21 @@ class SlowPath(Protocol):
     ) -> Coroutine[Any, Any, None]:
         """Carry out the rest of a delivery's steps, from ``step`` (its events observed)."""
 
-    def pause_for(
-        self, consumer: AckChannel, held: HeldDelivery | None, missing: MissingEntityError
-    ) -> Coroutine[Any, Any, None]:
-        """Pause the route for a missing entity, closing the channel."""
-
-    def give_back_for_bug(
-        self, consumer: AckChannel, held: HeldDelivery | None, error: Exception
-    ) -> Coroutine[Any, Any, None]:
-        """Log a bug, pause the route, close the channel."""
-
 
 class FastPass:
     """One route's deliveries published and settled without a task; see the module docstring."""
 
     def __init__(
-        self, slow: SlowPath, *, sink: RouteSink, stop: asyncio.Event, limit_s: float
+        self,
+        slow: SlowPath,
+        *,
+        sink: RouteSink,
+        stop: asyncio.Event,
+        limit_s: float,
+        sweep_s: float = SWEEP_S,
     ) -> None:
         self.slow = slow
+        self._sweep_s = sweep_s
         self.sink = sink
         self._stop = stop
         self.limit_s = limit_s  # a confirm slower than this holds its delivery
@@ -126,6 +135,7 @@ class FastPass:
         self.lane: PublishLane | None = None
         self._connection: RelayConnection | None = None
         self.monotonic = sink.monotonic
+        self.queued = 0  # copies on the task path not yet answered (see ``queue``)
 
     def attach(self, connection: RelayConnection, lane: PublishLane) -> None:
         """Publish on ``lane``'s shared channel, unless ``connection`` is blocked."""
@@ -145,7 +155,7 @@ class FastPass:
         if not isinstance(action, Publish) or action.alone or lane is None:
             return False
         plan = action.plan
-        if not isinstance(plan, Copy) or not_now(consumer, self._connection) is not None:
+        if not isinstance(plan, Copy) or self.queued or not_now(consumer, self._connection):
             return False
         shared = lane.shared_now()
         if shared is None:
@@ -153,7 +163,7 @@ class FastPass:
         pending = _Pending(
             self, consumer=consumer, delivery=delivery, step=step, held=held, started=started
         )
-        pending.shared = shared
+        pending.shared, pending.lane = shared, lane
         try:
             sent = shared.publisher.publish_now(
                 delivery.body,
@@ -164,20 +174,31 @@ class FastPass:
                 settled=pending.settled,
                 content_header=plan.content_header,
             )
-        except Exception:  # noqa: BLE001 - the slow path publishes it again and says why
+        except (WireError, ValueError, TypeError):  # before writing: the task path says why
             sent = False
         if not sent:
             lane.release_now(shared, answered=False)
             return False
         self._pending[pending] = started
         if self._sweep_due is None:
-            self._sweep_due = asyncio.get_running_loop().call_later(SWEEP_S, self._sweep)
+            self._sweep_due = asyncio.get_running_loop().call_later(self._sweep_s, self._sweep)
         return True
 
-    def gone(self) -> bool:
+    def queue(self, step: Step) -> Queued | None:
+        """Count a copy that goes to the task path; its ``Queued`` uncounts it once.
+
+        Until its first publish has an answer, no later copy of the route takes the fast
+        pass, which would overtake it: the route's copies stay in their order.
+        """
+        action = step.action
+        if isinstance(action, Publish) and isinstance(action.plan, Copy):
+            self.queued += 1
+            return Queued(self)
+        return None
+
+    def gone(self, lane: PublishLane) -> bool:
         """Whether a publish channel lost now went with a stop or its connection."""
-        lane = self.lane
-        return self._stop.is_set() or lane is None or not lane.connection_open
+        return self._stop.is_set() or not lane.connection_open
 
     def spawn(self, work: Coroutine[Any, Any, None]) -> None:
         """Go on with a delivery as a task of its own."""
@@ -198,15 +219,41 @@ class FastPass:
                 break
             pending.slow()
         if self._pending:
-            self._sweep_due = asyncio.get_running_loop().call_later(SWEEP_S, self._sweep)
+            self._sweep_due = asyncio.get_running_loop().call_later(self._sweep_s, self._sweep)
+
+
+class Queued:
+    """A copy on the task path counted by ``FastPass.queue``: called, it is uncounted once."""
+
+    __slots__ = ("_fast",)
+
+    def __init__(self, fast: FastPass) -> None:
+        self._fast: FastPass | None = fast
+
+    def __call__(self) -> None:
+        """Uncount it: its first publish had an answer, or it left the task path."""
+        if (fast := self._fast) is not None:
+            self._fast = None
+            fast.queued -= 1
 
 
 class _Pending:
     """One delivery published by the fast pass, waiting for its confirm."""
 
-    __slots__ = ("consumer", "delivery", "fast", "held", "is_slow", "shared", "started", "step")
+    __slots__ = (
+        "consumer",
+        "delivery",
+        "fast",
+        "held",
+        "is_slow",
+        "lane",
+        "shared",
+        "started",
+        "step",
+    )
 
-    shared: Shared
+    shared: Shared  # the channel it went on, and the lane that channel is of
+    lane: PublishLane
 
     def __init__(
         self,
@@ -236,11 +283,10 @@ class _Pending:
         try:
             self._settle(fast, result)
         except Exception as e:  # noqa: BLE001 - a bug must not reach the frame handler
-            fast.spawn(fast.slow.give_back_for_bug(self.consumer, self.held, e))
+            fast.spawn(fast.sink.give_back(self.consumer, self.held, BUG_REASON, bug=e))
 
     def _settle(self, fast: FastPass, result: PublishOutcome | BaseException) -> None:
-        lane, shared = fast.lane, self.shared
-        assert lane is not None  # noqa: S101 - set before anything is published
+        lane, shared = self.lane, self.shared
         if result is PublishOutcome.NACKED:
             lane.retire(shared.publisher)  # the retry goes on a new channel (see PublishLane)
         error = result if isinstance(result, BaseException) else None
@@ -250,10 +296,10 @@ class _Pending:
             answer = (
                 PUBLISHED[result]
                 if isinstance(result, PublishOutcome)
-                else answer_of_error(result, gone=fast.gone())
+                else answer_of_error(result, gone=fast.gone(lane))
             )
         except MissingEntityError as missing:
-            fast.spawn(slow.pause_for(consumer, held, missing))
+            fast.spawn(fast.sink.give_back(consumer, held, str(missing)))
             return
         attempt = self.step.attempt
         step = after(

@@ -13,11 +13,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final
 
 from sidecar.contract import ID
+from sidecar.settle import Blocked
 
 if TYPE_CHECKING:
+    from sidecar.amqp import BodyStream
+    from sidecar.settle import Answer, Attempt
     from sidecar.wire import Delivery
 
-__all__ = ["FIRST_ROUND", "KEEP", "PassingRounds"]
+__all__ = ["FIRST_ROUND", "KEEP", "PassingRounds", "held_for"]
 
 KEEP: Final = 1024
 # A round costs the body's transfer twice and, on a quorum queue, one delivery of its
@@ -55,6 +58,29 @@ class PassingRounds:
     def forget(self, delivery: Delivery) -> None:
         """Forget a message settled (quarantined or dead-lettered)."""
         self._seen.pop(_key(delivery), None)
+
+
+def held_for(
+    rounds: PassingRounds,
+    delivery: Delivery,
+    answer: Answer,
+    attempt: Attempt,
+    *,
+    started: float,
+    now: float,
+    stream: BodyStream | None,
+) -> tuple[float, int]:
+    """Return how long a delivery has been held, and the backoff's step, for ``after``.
+
+    A body passed through is held over its rounds, which span its redeliveries; one its
+    publish did not take is dropped now (unless the broker blocks: nothing was
+    published): it comes again with the redelivery.
+    """
+    if stream is None:
+        return now - started, attempt.holds
+    if not stream.taken and not isinstance(answer, Blocked):
+        stream.discard()
+    return rounds.timing(delivery, started=started, now=now)
 
 
 def _key(delivery: Delivery) -> _Key:

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any, assert_never
 from sidecar.amqp import ChannelClosedError, ChannelLostError, MissingEntityError
 from sidecar.contract import Policy
 from sidecar.errors import WireError
-from sidecar.relay.fast_pass import FastPass, delay_s_for, not_now
+from sidecar.relay.fast_pass import FastPass, Queued, delay_s_for, not_now
 from sidecar.relay.publisher import CONFIRM_TIMEOUT_S, PlanPublisher
-from sidecar.relay.rounds import PassingRounds
+from sidecar.relay.rounds import PassingRounds, held_for
 from sidecar.relay.sink import RouteSink
 from sidecar.relay.waits import first_of, sleep_unless
 from sidecar.routemap import Mode
@@ -119,8 +119,9 @@ class Settler:
             if self._fast.publish(consumer, delivery, step, held, started=started):
                 return None
         except Exception as e:  # noqa: BLE001 - a bug must not reach the frame handler
-            return self.give_back_for_bug(consumer, held, e)
-        return self.settle_from(consumer, delivery, held, step, started=started)
+            return self._sink.give_back(consumer, held, BUG_REASON, bug=e)
+        queued = self._fast.queue(step)  # no later copy overtakes it
+        return self.settle_from(consumer, delivery, held, step, started=started, queued=queued)
 
     async def settle_from(
         self,
@@ -130,6 +131,7 @@ class Settler:
         step: Step,
         *,
         started: float,
+        queued: Queued | None = None,
     ) -> None:
         """Carry out a delivery's steps from ``step`` (its events observed) until settled."""
         # A body over max_body_bytes: its frames wait on the connection for the publish
@@ -139,43 +141,29 @@ class Settler:
             lane = self._lane
             assert lane is not None  # noqa: S101 - attached before consuming starts
             await self._carry_out(
-                consumer, lane, delivery, held, step=step, started=started, stream=stream
+                consumer,
+                lane,
+                delivery,
+                held,
+                step=step,
+                started=started,
+                stream=stream,
+                queued=queued,
             )
         except MissingEntityError as e:
             # The passive checks of a reopen say when it exists again; till then the
             # deliveries wait in staging, not here.
-            await self.pause_for(consumer, None, e)
+            await self._sink.give_back(consumer, None, str(e))
         except ChannelLostError as e:
             log.debug("route %s: delivery left to the broker: %s", self.route.name, e)
         except Exception as e:  # noqa: BLE001 - logged with its traceback, the route paused
-            await self.give_back_for_bug(consumer, None, e)
+            await self._sink.give_back(consumer, None, BUG_REASON, bug=e)
         finally:
+            if queued is not None:
+                queued()
             if stream is not None:
                 stream.discard()
             self._sink.finished(held)
-
-    async def pause_for(
-        self, consumer: AckChannel, held: HeldDelivery | None, missing: MissingEntityError
-    ) -> None:
-        """Pause the route for a missing entity, closing the channel (``held``: then end it)."""
-        await self._give_back(consumer, held, str(missing))
-
-    async def give_back_for_bug(
-        self, consumer: AckChannel, held: HeldDelivery | None, error: Exception
-    ) -> None:
-        """Log a bug, pause the route, close the channel (``held``: then end the delivery)."""
-        log.error("route %s: a delivery could not be settled", self.route.name, exc_info=error)
-        await self._give_back(consumer, held, BUG_REASON)
-
-    async def _give_back(
-        self, consumer: AckChannel, held: HeldDelivery | None, reason: str
-    ) -> None:
-        try:
-            self._state.pause(reason)
-            await consumer.close()  # the broker redelivers what it holds, after the backoff
-        finally:
-            if held is not None:
-                self._sink.finished(held)
 
     async def _carry_out(
         self,
@@ -187,6 +175,7 @@ class Settler:
         step: Step,
         started: float,
         stream: BodyStream | None,
+        queued: Queued | None,
     ) -> None:
         """Carry out each action of the settle step, from ``step`` to the last one."""
         route = self.route
@@ -204,12 +193,18 @@ class Settler:
                         connection=self._connection,
                         stream=stream,
                     )
-                    attempt, now = step.attempt, self.monotonic()
-                    held_s, holds = now - started, attempt.holds
-                    if stream is not None:  # its rounds span its redeliveries
-                        if not stream.taken and not isinstance(answer, Blocked):
-                            stream.discard()  # it comes again with the redelivery
-                        held_s, holds = self._rounds.timing(delivery, started=started, now=now)
+                    if queued is not None and not isinstance(answer, Blocked):
+                        queued()  # published: later copies may take the fast pass again
+                    attempt = step.attempt
+                    held_s, holds = held_for(
+                        self._rounds,
+                        delivery,
+                        answer,
+                        attempt,
+                        started=started,
+                        now=self.monotonic(),
+                        stream=stream,
+                    )
                     step = after(
                         attempt,
                         answer,

@@ -1,8 +1,9 @@
 """Where a route's settled deliveries and the settle step's events go: one sink per route.
 
 Metrics, the route log and the route's state hear of a delivery only from here: its start
-(``begin``), what the step saw (``observe``), an acked delivery counted (``acked``), and
-its end (``finished``), whichever path settled it (the fast pass or the settler's task).
+(``begin``), what the step saw (``observe``), an acked delivery counted (``acked``), its
+end (``finished``), and a route paused with its channel closed (``give_back``), whichever
+path settled it (the fast pass or the settler's task).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from sidecar.relay.state import HeldDelivery
 from sidecar.settle import Bug, Held, Left, Quarantined, RetriedCopy, Violations
 
 if TYPE_CHECKING:
+    from sidecar.amqp import AckChannel
     from sidecar.clock import Clock
     from sidecar.contract import Publishers
     from sidecar.observe import Metrics, RouteLog
@@ -107,3 +109,25 @@ class RouteSink:
         """End a delivery's part in the route's state, however it ended."""
         held.release()
         self._state.end()
+
+    async def give_back(
+        self,
+        consumer: AckChannel,
+        held: HeldDelivery | None,
+        reason: str,
+        *,
+        bug: Exception | None = None,
+    ) -> None:
+        """Pause the route with ``reason`` and close the delivery's channel.
+
+        The broker redelivers what the channel holds, after the route's backoff. ``bug``:
+        logged with its traceback first. ``held``: the delivery ends here too.
+        """
+        try:
+            if bug is not None:
+                log.error("route %s: a delivery could not be settled", self._route, exc_info=bug)
+            self._state.pause(reason)
+            await consumer.close()
+        finally:
+            if held is not None:
+                self.finished(held)

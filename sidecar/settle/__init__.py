@@ -46,6 +46,7 @@ from sidecar.settle.settlement import (
 from sidecar.settle.step import (
     BUG_REASON,
     Ack,
+    Attempt,
     Bug,
     DeadLetter,
     Event,
@@ -79,6 +80,7 @@ __all__ = [
     "Ack",
     "Admit",
     "Answer",
+    "Attempt",
     "Backoff",
     "Blocked",
     "Bug",
