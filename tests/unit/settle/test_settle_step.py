@@ -541,14 +541,16 @@ def test_a_body_passed_through_is_published_once_and_else_given_back_after_a_wai
     assert record.last is not None
     last = record.last.action
     assert isinstance(last, Ack | DeadLetter | GiveBack | LetGo | Requeue)
-    attempt, answer, _, then = record.answered[-1]
+    attempt, answer, held_s, then = record.answered[-1]
     assert attempt.alone
     if isinstance(last, Ack):
         assert isinstance(answer, Confirmed)
         assert last.outcome is Outcome.QUARANTINED
     if isinstance(last, Requeue):
         assert isinstance(then.action, Wait)
-        assert then.action.delay_s >= SHORTEST_DELAY_S or then.action.delay_s == 0
+        # At least the backoff's shortest delay, unless cut to the hold's deadline.
+        wait_s, deadline_s = then.action.delay_s, DEAD_LETTER_SHARE * limits.consumer_timeout_s
+        assert wait_s >= SHORTEST_DELAY_S or held_s + wait_s == pytest.approx(deadline_s)
         assert isinstance(then.action.then.action, Requeue)
 
 
