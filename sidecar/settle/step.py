@@ -266,33 +266,6 @@ def after(
     when the answer holds the delivery; ``exchange``, ``quarantine_exchange`` and
     ``route`` name where the copies went, for the reasons.
     """
-    step = _after(
-        attempt,
-        answer,
-        held_s=held_s,
-        delay_s=delay_s,
-        limits=limits,
-        exchange=exchange,
-        quarantine_exchange=quarantine_exchange,
-        route=route,
-    )
-    plan = attempt.plan
-    if isinstance(plan, Quarantine) and plan.passing and not isinstance(answer, Blocked):
-        return _published_once(step, delay_s=delay_s)
-    return step
-
-
-def _after(
-    attempt: Attempt,
-    answer: Answer,
-    *,
-    held_s: float,
-    delay_s: float,
-    limits: HoldLimits,
-    exchange: str,
-    quarantine_exchange: str,
-    route: str,
-) -> Step:
     plan = attempt.plan
     decision: Decision
     match answer:
@@ -359,7 +332,20 @@ def _published_once(step: Step, *, delay_s: float) -> Step:
 def _decided(
     decision: Decision, attempt: Attempt, *, held_s: float, delay_s: float, limits: HoldLimits
 ) -> Step:
-    """Turn what settlement decided about the answer into the next step."""
+    """Turn what settlement decided about the answer into the next step.
+
+    A body passed through was published once: a retry of it is a requeue instead.
+    """
+    step = _next(decision, attempt, held_s=held_s, delay_s=delay_s, limits=limits)
+    plan = attempt.plan
+    if isinstance(plan, Quarantine) and plan.passing:
+        return _published_once(step, delay_s=delay_s)
+    return step
+
+
+def _next(
+    decision: Decision, attempt: Attempt, *, held_s: float, delay_s: float, limits: HoldLimits
+) -> Step:
     match decision:
         case Done(outcome=outcome):
             plan = attempt.plan
