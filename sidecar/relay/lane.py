@@ -102,18 +102,22 @@ class PublishLane:
     def release_now(self, shared: Shared, *, answered: bool) -> None:
         """Give back what ``shared_now`` took: the publish has its answer, or went unsent."""
         self._gate.leave(lead=0, answered=answered)
-        shared.users -= 1
-        if shared.retired and shared.users == 0 and shared in self._retired:
-            self._retired.remove(shared)
+        if self._last_use(shared):
             task = asyncio.get_running_loop().create_task(shared.publisher.close())
             self._closing.add(task)
             task.add_done_callback(self._closing.discard)
 
     async def _release(self, shared: Shared) -> None:
+        if self._last_use(shared):
+            await shared.publisher.close()
+
+    def _last_use(self, shared: Shared) -> bool:
+        """Count a use of ``shared`` out; True when it ended a retired channel's last one."""
         shared.users -= 1
         if shared.retired and shared.users == 0 and shared in self._retired:
             self._retired.remove(shared)
-            await shared.publisher.close()
+            return True
+        return False
 
     def retire(self, publisher: Publisher) -> None:
         """Publish nothing new on this shared channel; the next publish opens another."""

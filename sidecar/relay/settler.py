@@ -15,10 +15,10 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, assert_never
 
-from sidecar.amqp import ChannelClosedError, ChannelLostError, MissingEntityError
+from sidecar.amqp import ChannelLostError, MissingEntityError
 from sidecar.contract import Policy
 from sidecar.errors import WireError
-from sidecar.relay.fast_pass import FastPass, Queued, delay_s_for, not_now
+from sidecar.relay.fast_pass import FastPass, Queued, answer_of_error, delay_s_for, not_now
 from sidecar.relay.publisher import CONFIRM_TIMEOUT_S, PlanPublisher
 from sidecar.relay.rounds import PassingRounds, held_for
 from sidecar.relay.sink import RouteSink
@@ -34,9 +34,7 @@ from sidecar.settle import (
     GiveBack,
     HoldLimits,
     LetGo,
-    Lost,
     Publish,
-    Refused,
     Requeue,
     Target,
     Unwritable,
@@ -316,12 +314,8 @@ async def publish_answer(
         published = await publisher.publish(
             lane, delivery, publish.plan, held, alone=publish.alone, stream=stream
         )
-    except MissingEntityError:
-        raise
-    except ChannelClosedError as e:
-        return Refused(e.code, e.text)
-    except ChannelLostError as e:
-        return Lost(gone=stop.is_set() or not lane.connection_open, error=str(e))
+    except (ChannelLostError, MissingEntityError) as e:  # a missing entity is raised again
+        return answer_of_error(e, gone=stop.is_set() or not lane.connection_open)
     except (WireError, ValueError, TypeError) as e:
         return Unwritable(str(e))
     except Exception as e:  # noqa: BLE001 - a bug while publishing: the step decides, Bug logs it
