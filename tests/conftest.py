@@ -6,10 +6,15 @@ import random
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.support import Broker, broker_url, open_broker
+
+if TYPE_CHECKING:
+    from tests.e2e.conftest import Sidecar
+    from tests.faults.private_node import PrivateNode
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -58,3 +63,26 @@ async def broker(amqp_url: str) -> AsyncIterator[Broker]:
     """A test client with uniquely named, self-deleting topology."""
     async with open_broker(amqp_url) as client:
         yield client
+
+
+# The modules that start a RabbitMQ node of their own define ``node``: these two serve
+# each of them, in the fault and end-to-end suites alike.
+
+
+@pytest.fixture
+async def nb(node: PrivateNode) -> AsyncIterator[Broker]:
+    """A test client on the private node, with self-deleting topology."""
+    async with open_broker(node.url) as client:
+        yield client
+
+
+@pytest.fixture
+async def sidecar_on_node(node: PrivateNode, tmp_path: Path) -> AsyncIterator[Sidecar]:
+    """A sidecar process on the private node, killed at teardown whatever happened."""
+    from tests.e2e.conftest import Sidecar  # noqa: PLC0415 - only where a node runs
+
+    process = Sidecar(amqp_url=node.url, workdir=tmp_path)
+    try:
+        yield process
+    finally:
+        await process.kill()

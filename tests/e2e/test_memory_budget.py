@@ -31,10 +31,10 @@ from tests.e2e.conftest import (
     take_until,
 )
 from tests.faults.private_node import PrivateNode, private_node
-from tests.support import Broker, open_broker
+from tests.support import Broker
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Iterator
+    from collections.abc import Iterator
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
@@ -52,23 +52,6 @@ def node() -> Iterator[PrivateNode]:
     """A RabbitMQ node for this module alone (its default max_message_size: 128 MiB)."""
     with private_node(NODE_NAME) as started:
         yield started
-
-
-@pytest.fixture
-async def nb(node: PrivateNode) -> AsyncIterator[Broker]:
-    """A test client on the private node, with self-deleting topology."""
-    async with open_broker(node.url) as client:
-        yield client
-
-
-@pytest.fixture
-async def sidecar_on_node(node: PrivateNode, tmp_path: Path) -> AsyncIterator[Sidecar]:
-    """A sidecar process on the private node, killed at teardown whatever happened."""
-    process = Sidecar(amqp_url=node.url, workdir=tmp_path)
-    try:
-        yield process
-    finally:
-        await process.kill()
 
 
 def peak_rss_mib(pid: int) -> float:

@@ -33,13 +33,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from sidecar.wire import Int32, Int64, Timestamp
 from tests.e2e.conftest import Flow, Sidecar, eventually
-from tests.support import Broker, open_broker
+from tests.support import Broker
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
     from pathlib import Path
 
-    from tests.faults.private_node import PrivateNode
 
 ID_HEADER = "x-acemq-id"
 ROUTABLE = "ok.#"  # the target queues' binding; "bad.*" routing keys come back unroutable
@@ -574,23 +573,3 @@ def record(request: pytest.FixtureRequest) -> Callable[..., FaultRecord]:
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     """Print every fault test's numbers at the end of the run."""
     summarise(terminalreporter, config, RECORDS, title="fault test numbers")
-
-
-# The modules that start a node of their own define ``node``; these two then serve each.
-
-
-@pytest.fixture
-async def nb(node: PrivateNode) -> AsyncIterator[Broker]:
-    """A test client on the private node, with self-deleting topology."""
-    async with open_broker(node.url) as client:
-        yield client
-
-
-@pytest.fixture
-async def sidecar_on_node(node: PrivateNode, tmp_path: Path) -> AsyncIterator[Sidecar]:
-    """A sidecar process on the private node, killed at teardown whatever happened."""
-    process = Sidecar(amqp_url=node.url, workdir=tmp_path)
-    try:
-        yield process
-    finally:
-        await process.kill()

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests.faults.conftest import FaultRecord, nb, recorder, sidecar_on_node, summarise
+from tests.conftest import nb, sidecar_on_node
+from tests.faults.conftest import FaultRecord, recorder, summarise
 from tests.faults.private_node import PrivateNode, private_node
 
 if TYPE_CHECKING:
