@@ -50,6 +50,30 @@ class Publish:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
 
 
+def _received(
+    body: Body,
+    exchange: str,
+    routing_key: str,
+    properties: Mapping[str, Any],
+    *,
+    headers: Any,
+    content_header: bytes | None,
+    slow_after_s: float,
+    on_slow: Callable[[], None],
+) -> Publish:
+    """Return a publish as the fake received it (an undecodable table: no headers)."""
+    return Publish(
+        body,
+        exchange,
+        routing_key,
+        dict(properties),
+        {} if isinstance(headers, UndecodableTable) else dict(headers or {}),
+        slow_after_s,
+        on_slow,
+        content_header,
+    )
+
+
 class PublishRecorder:
     """Gives a fake the client's ``publish``; the fake answers in :meth:`answer`."""
 
@@ -72,15 +96,15 @@ class PublishRecorder:
             self.probes += 1
             return PublishOutcome.CONFIRMED
         answer = await self.answer(
-            Publish(
+            _received(
                 body,
                 exchange,
                 routing_key,
-                dict(properties),
-                {} if isinstance(headers, UndecodableTable) else dict(headers or {}),
-                slow_after_s,
-                on_slow,
-                content_header,
+                properties,
+                headers=headers,
+                content_header=content_header,
+                slow_after_s=slow_after_s,
+                on_slow=on_slow,
             )
         )
         if isinstance(answer, Exception):
@@ -104,15 +128,15 @@ class PublishRecorder:
         """Hand the publish to ``answer`` from a task; ``settled`` hears what it says."""
         if not self.is_open or not self.is_flowing:
             return False
-        publish = Publish(
+        publish = _received(
             body,
             exchange,
             routing_key,
-            dict(properties),
-            {} if isinstance(headers, UndecodableTable) else dict(headers or {}),
-            math.inf,
-            _never_slow,
-            content_header,
+            properties,
+            headers=headers,
+            content_header=content_header,
+            slow_after_s=math.inf,
+            on_slow=_never_slow,
         )
         task = asyncio.get_running_loop().create_task(self._answer_to(publish, settled))
         _ANSWERING.add(task)
