@@ -1,4 +1,4 @@
-"""The wheel's build hook: the hot pure modules compiled with mypyc where a compiler is.
+"""The wheel's build hook: the hot modules compiled with mypyc where a compiler is.
 
 ``pip install .`` (or ``pip wheel .``) then gives the compiled build, as the image ships,
 so that a user's benchmark measures what ships. Without a C compiler, the Python headers

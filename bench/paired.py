@@ -131,13 +131,14 @@ async def drain_sidecar(
     core: int | None,
     broker: list[int],
     executable: Path | None = None,
+    prefetch: int | None = None,
 ) -> dict[str, float]:
     """One sidecar drain: msg/s, and sidecar and broker CPU µs per message."""
     relayed, rejected = expected_split(n)
     async with topology(channel, "sidecar") as topo:
         await fill(channel, topo.staging, n)
         cpus = None if core is None else str(core)
-        async with sidecar(topo, cpus=cpus, executable=executable) as pid:
+        async with sidecar(topo, cpus=cpus, executable=executable, prefetch=prefetch) as pid:
             # From the moment it consumes: its start-up (imports, connect) is not relaying.
             t0 = await consumer_attached(channel, topo.staging)
             b0, s0 = broker_cpu_s(broker), cpu_s(pid)
@@ -166,7 +167,9 @@ async def drain_shovel(
     return {"msg_s": n / (t1 - t0), "broker_us_per_msg": spent_s(b0, b1) / n * 1e6}
 
 
-async def run_setup(setup: str, *, n: int, pairs: int) -> dict[str, object]:
+async def run_setup(
+    setup: str, *, n: int, pairs: int, prefetch: int | None = None
+) -> dict[str, object]:
     """Run the pairs of one setup; return every run and the medians."""
     broker = broker_pids()
     if not broker:
@@ -182,7 +185,11 @@ async def run_setup(setup: str, *, n: int, pairs: int) -> dict[str, object]:
                 order = ("sidecar", "shovel") if pair % 2 == 0 else ("shovel", "sidecar")
                 for path in order:
                     if path == "sidecar":
-                        runs[path].append(await drain_sidecar(channel, n, core=core, broker=broker))
+                        runs[path].append(
+                            await drain_sidecar(
+                                channel, n, core=core, broker=broker, prefetch=prefetch
+                            )
+                        )
                     else:
                         runs[path].append(await drain_shovel(channel, n, broker=broker))
                     time.sleep(1.0)  # let the broker settle between drains
@@ -232,9 +239,13 @@ async def main() -> None:
     parser.add_argument("--n", type=int, default=20_000)
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--setup", choices=("shared", "pinned", "both"), default="both")
+    parser.add_argument("--prefetch", type=int, help="the sidecar's (default: its own)")
     args = parser.parse_args()
     setups = ("shared", "pinned") if args.setup == "both" else (args.setup,)
-    results = [await run_setup(setup, n=args.n, pairs=args.pairs) for setup in setups]
+    results = [
+        await run_setup(setup, n=args.n, pairs=args.pairs, prefetch=args.prefetch)
+        for setup in setups
+    ]
     for summary in results:
         _print(summary)
     print()

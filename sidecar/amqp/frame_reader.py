@@ -107,8 +107,9 @@ class FrameOwners(Protocol):
 class FrameReader:
     """Cuts the bytes read into frames and hands each to its owner; see the module docstring."""
 
-    def __init__(self, owners: FrameOwners) -> None:
+    def __init__(self, owners: FrameOwners, *, header_frame_max: int = HEADER_FRAME_MAX) -> None:
         self._owners = owners
+        self._header_max = header_frame_max  # a content header over this is passed over
         self._buffer = bytearray()  # the start of a frame not yet whole
         # That frame's type and its size once whole (0 while its length is not in yet):
         # reads that cannot make it whole are only appended, so a large frame arriving in
@@ -165,7 +166,7 @@ class FrameReader:
         """Whether the kept frame is one to read whole (else it is read at once, to refuse it)."""
         length = self._kept_whole - 8
         return length <= self._owners.frame_max or (
-            self._kept_kind == FRAME_HEADER and length <= HEADER_FRAME_MAX
+            self._kept_kind == FRAME_HEADER and length <= self._header_max
         )
 
     def _pass_over(self, skip: _Skip, data: bytes) -> bytes | None:
@@ -193,7 +194,7 @@ class FrameReader:
         while size - at >= 8:
             kind, number, length = HEADER.unpack_from(buffer, at)
             if length > owners.frame_max and not (
-                kind == FRAME_HEADER and length <= HEADER_FRAME_MAX
+                kind == FRAME_HEADER and length <= self._header_max
             ):
                 return self._oversized(buffer, at)
             end = at + 7 + length
@@ -239,7 +240,7 @@ class FrameReader:
             self.held = True
             return at
         _, _, body_size = _FIXED.unpack_from(buffer, at + 7)
-        unread = UnreadHeader(size=length, limit=HEADER_FRAME_MAX)
+        unread = UnreadHeader(size=length, limit=self._header_max)
         self._skip = _Skip(number, unread, body_size, left=length + 1 - _FIXED.size)
         return at + 7 + _FIXED.size
 

@@ -7,9 +7,10 @@ data: no I/O.
 
 from __future__ import annotations
 
+import builtins  # noqa: TC003 - a compiled dataclass loads its annotations at run time
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, ClassVar, Final, TypeAlias
+from typing import TYPE_CHECKING, Final, TypeAlias
 
 from sidecar.wire import PublishOutcome
 
@@ -34,21 +35,30 @@ __all__ = [
 class Confirmed:
     """The broker confirmed the publish."""
 
-    published: ClassVar[PublishOutcome] = PublishOutcome.CONFIRMED
+    @property
+    def published(self) -> PublishOutcome:
+        """The answer as the wire reads it."""
+        return PublishOutcome.CONFIRMED
 
 
 @dataclass(frozen=True, slots=True)
 class Returned:
     """The broker returned the publish: nothing it is bound to takes its routing key."""
 
-    published: ClassVar[PublishOutcome] = PublishOutcome.RETURNED
+    @property
+    def published(self) -> PublishOutcome:
+        """The answer as the wire reads it."""
+        return PublishOutcome.RETURNED
 
 
 @dataclass(frozen=True, slots=True)
 class Nacked:
     """The broker nacked the publish (a target queue full with reject-publish, ...)."""
 
-    published: ClassVar[PublishOutcome] = PublishOutcome.NACKED
+    @property
+    def published(self) -> PublishOutcome:
+        """The answer as the wire reads it."""
+        return PublishOutcome.NACKED
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +88,7 @@ class Unwritable:
 class Failed:
     """An unexpected exception while publishing: a bug, kept whole for the log."""
 
-    error: Exception
+    error: builtins.Exception  # named by module: mypyc looks a bare builtin up in globals
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ delivery has been held and the backoff's next delay come in as numbers.
 
 from __future__ import annotations
 
+import builtins  # noqa: TC003 - a compiled dataclass loads its annotations at run time
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Final, NamedTuple, TypeAlias, assert_never
@@ -185,7 +186,7 @@ class Bug:
     """An unexpected exception ``while_`` doing something: logged with its traceback."""
 
     while_: str
-    error: Exception
+    error: builtins.Exception  # named by module: mypyc looks a bare builtin up in globals
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,10 +31,10 @@ class Owners:
     control: ControlEnd | None = None
 
 
-def reading() -> tuple[FrameReader, Owners, RecordingEnd]:
+def reading(header_frame_max: int = HEADER_FRAME_MAX) -> tuple[FrameReader, Owners, RecordingEnd]:
     channel = RecordingEnd()
     owners = Owners(channels={1: channel}, control=RecordingEnd(hot=False))
-    return FrameReader(owners), owners, channel
+    return FrameReader(owners, header_frame_max=header_frame_max), owners, channel
 
 
 def test_nothing_is_handed_on_before_the_last_byte_of_a_frame() -> None:
@@ -86,11 +86,10 @@ def deliver_frame(tag: int) -> bytes:
 
 @pytest.mark.parametrize("step", [1, 5, 19, 20, 333])
 def test_a_header_over_the_limit_is_passed_over_wherever_the_reads_cut_it(
-    step: int, monkeypatch: pytest.MonkeyPatch
+    step: int,
 ) -> None:
     """Its size and body size go to the channel; its body and the next delivery follow."""
-    monkeypatch.setattr(frame_reader, "HEADER_FRAME_MAX", 1_000)
-    reader, owners, channel = reading()
+    reader, owners, channel = reading(header_frame_max=1_000)
     owners.frame_max = 500
     body = b"\x03\x00\x01\x00\x00\x00\x04body\xce"
     data = b"".join(
@@ -120,11 +119,8 @@ def test_a_20_mib_header_is_dropped_as_it_arrives_never_held_whole() -> None:
     assert [kind for kind, _ in channel.calls] == ["method", "unread", "method"]
 
 
-def test_a_passed_over_header_without_its_frame_end_is_a_frame_error(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(frame_reader, "HEADER_FRAME_MAX", 1_000)
-    reader, owners, channel = reading()
+def test_a_passed_over_header_without_its_frame_end_is_a_frame_error() -> None:
+    reader, owners, channel = reading(header_frame_max=1_000)
     owners.frame_max = 500
     with pytest.raises(FrameError, match="lacks its frame-end octet"):
         reader.feed(deliver_frame(1) + header_frame(1_500, body_size=4, end=b"\x00"))
@@ -138,6 +134,10 @@ def test_any_other_frame_over_the_frame_size_is_still_a_frame_error() -> None:
         reader.feed(body)
 
 
+@pytest.mark.skipif(
+    frame_reader.__file__ is not None and frame_reader.__file__.endswith(".so"),
+    reason="counts calls of a method a compiled class does not let be replaced; plain runs it",
+)
 def test_a_large_frame_in_many_reads_is_read_once_it_is_whole() -> None:
     """Reads that cannot complete it are only kept: a 1 MiB header is not copied per read."""
     reader, owners, channel = reading()
