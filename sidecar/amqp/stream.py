@@ -53,19 +53,26 @@ class BodyStream:
         """Whether a publish took the stream, or it was discarded."""
         return self._sink is not None
 
-    def take(self, sink: Callable[[memoryview], bool], *, on_end: Callable[[bool], None]) -> None:
+    def take(
+        self,
+        sink: Callable[[memoryview], bool],
+        *,
+        on_end: Callable[[bool], None],
+        full: bool = False,
+    ) -> None:
         """Hand every body frame to ``sink`` from now on; ``on_end`` hears how it ended.
 
         ``sink`` gets a view valid during the call and returns False when it takes no more
-        for now; the frames then wait until ``resume``. ``on_end(whole)`` is called once,
+        for now; the frames then wait until ``resume``. ``full``: the sink takes nothing
+        yet, the first frame waits for ``resume`` too. ``on_end(whole)`` is called once,
         at once if the stream ended before it was taken.
         """
         if self._sink is not None:
             raise RuntimeError("a body stream is taken once")
-        self._sink, self._on_end = sink, on_end
+        self._sink, self._on_end, self._full = sink, on_end, full
         if self.ended is not None:
             on_end(self.ended)
-        else:
+        elif not full:
             self._resume()
 
     def discard(self) -> None:
@@ -138,9 +145,16 @@ class PassOn:
         self.stream: BodyStream | None = None  # the body on its way now
 
     def start(self, stream: BodyStream) -> None:
-        """Take ``stream``: its frames go out from now on (its publish is written)."""
+        """Take ``stream``: its frames go out from now on (its publish is written).
+
+        A socket that takes no more now gets the first frame once it drains, as any other.
+        """
         self.stream = stream
-        stream.take(self._frame, on_end=self._ended)
+        link = self._link
+        full = not link.takes_writes
+        stream.take(self._frame, on_end=self._ended, full=full)
+        if full:
+            link.when_drained(stream.resume)
 
     def give_up(self) -> None:
         """Drop the connection: the channel must close before the body's last frame."""
