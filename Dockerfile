@@ -48,12 +48,14 @@ COPY scripts/compile ./scripts/compile
 # The wheel is built with the pinned backend (no isolated, unpinned download), plain
 # (ACEMQ_SIDECAR_PURE: the compile step below builds the same modules), and installed
 # alone, so it cannot pull in anything the lock does not name. Then the compiled build:
-# the pure hot packages (contract, wire) compiled with mypyc in the environment, next to
-# their sources, which Python then no longer imports (docs/performance.md).
+# the hot modules (pyproject.toml names them) compiled with mypyc in the environment, next
+# to their sources, which Python then no longer imports, against the types of the
+# environment's own dependencies (docs/performance.md).
 RUN ACEMQ_SIDECAR_PURE=1 pip wheel --no-cache-dir --no-deps --no-build-isolation --wheel-dir /wheels . \
  && pip --python /opt/acemq-sidecar/bin/python install --no-cache-dir --no-deps \
       /wheels/acemq_sidecar-*.whl \
  && PYTHON=python scripts/compile --in /opt/acemq-sidecar/lib/python3.11/site-packages \
+      --deps /opt/acemq-sidecar/bin/python \
  && /opt/acemq-sidecar/bin/acemq-sidecar --help >/dev/null
 
 FROM ${PYTHON_IMAGE}

@@ -14,6 +14,7 @@ confirm, the earliest unconfirmed candidate is the one. A body that was passed t
 
 from __future__ import annotations
 
+import builtins  # noqa: TC003 - a compiled dataclass loads its annotations at run time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, TypeAlias
 
@@ -45,7 +46,9 @@ class _Publish:
     routing_key: str
     header: bytes  # the content header's payload as sent
     body: Body
-    acemq_id: object  # the x-acemq-id header as sent, None without one
+    # The x-acemq-id header as sent, None without one (named by module: mypyc looks a
+    # bare builtin in a dataclass's annotations up in the module's globals).
+    acemq_id: builtins.object
     through: int = 0  # the size of a body passed through (``body`` is empty then)
     returned: bool = False
 

@@ -15,6 +15,7 @@ from pamqp.commands import Basic
 
 from sidecar.contract import ERROR as ERROR_HEADER
 from sidecar.contract.vectors import to_json
+from sidecar.settle import settlement
 from sidecar.settle.settlement import QUARANTINED_FROM
 from sidecar.wire import (
     ByteArray,
@@ -486,6 +487,11 @@ async def test_deleted_staging_queue_pauses_then_resumes(
     assert headers_of(message)["x-acemq-id"] == "back-1"
 
 
+@pytest.mark.skipif(
+    settlement.__file__ is not None and settlement.__file__.endswith(".so"),
+    reason="replaces a function compiled code binds early; plain runs it, and the unit suite's"
+    " planning-bug test covers the compiled build",
+)
 async def test_internal_error_quarantines_instead_of_spinning(
     broker: Broker, run_sidecar: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:

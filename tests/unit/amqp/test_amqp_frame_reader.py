@@ -9,6 +9,7 @@ import pytest
 from pamqp import commands as spec
 from pamqp import frame as pamqp_frame
 
+from sidecar.amqp import frame_reader
 from sidecar.amqp.frame_reader import (
     HEADER_FRAME_MAX,
     ChannelEnd,
@@ -133,6 +134,10 @@ def test_any_other_frame_over_the_frame_size_is_still_a_frame_error() -> None:
         reader.feed(body)
 
 
+@pytest.mark.skipif(
+    frame_reader.__file__ is not None and frame_reader.__file__.endswith(".so"),
+    reason="counts calls of a method a compiled class does not let be replaced; plain runs it",
+)
 def test_a_large_frame_in_many_reads_is_read_once_it_is_whole() -> None:
     """Reads that cannot complete it are only kept: a 1 MiB header is not copied per read."""
     reader, owners, channel = reading()
