@@ -1,11 +1,12 @@
 """Where the sidecar's time goes: a py-spy profile of one drain, summarised.
 
-Usage: python bench/profile.py [--n N] [--out bench/profiles/drain.txt]
+Usage: python bench/profile.py [--n N] [--native] [--out bench/profiles/drain.txt]
 Needs py-spy (``pip install py-spy``) and permission to trace (root, or ptrace allowed).
 
 Fills a staging queue with N messages (bench/harness.py's mix), starts ``acemq-sidecar
-run`` at default settings, attaches py-spy to it (sampling every thread, native frames
-off), waits until the queue is drained, and stops. The raw collapsed stacks go to
+run`` at default settings, attaches py-spy to it (sampling every thread; ``--native``
+adds the C frames, which is where the compiled build's modules run), waits until the
+queue is drained, and stops. The raw collapsed stacks go to
 ``--out``; the summary printed is the share of samples by leaf function (self time) and by
 module of the sidecar anywhere on the stack (inclusive time).
 """
@@ -65,6 +66,7 @@ async def main() -> None:
     )
     parser.add_argument("--n", type=int, default=20_000)
     parser.add_argument("--out", type=Path, default=Path("profiles/drain.txt"))
+    parser.add_argument("--native", action="store_true", help="C frames too (compiled code)")
     args = parser.parse_args()
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -88,7 +90,8 @@ async def main() -> None:
                         "raw",
                         "--output",
                         str(args.out),
-                        "--nonblocking",
+                        # Native stacks need the process paused per sample.
+                        *(["--native"] if args.native else ["--nonblocking"]),
                     ],
                     stdout=subprocess.DEVNULL,
                 )

@@ -14,8 +14,6 @@ confirm, the earliest unconfirmed candidate is the one. A body that was passed t
 
 from __future__ import annotations
 
-import builtins  # noqa: TC003 - a compiled dataclass loads its annotations at run time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, TypeAlias
 
 from sidecar.contract import ID
@@ -37,20 +35,42 @@ NOT_FOUND: Final = 404
 Settled: TypeAlias = "Callable[[PublishOutcome | BaseException], None]"
 
 
-@dataclass(slots=True)
 class _Publish:
-    """A publish waiting for its confirm; what a return is matched against."""
+    """A publish waiting for its confirm; what a return is matched against.
 
-    settled: Settled  # called once, with the outcome or the channel's error
-    exchange: str
-    routing_key: str
-    header: bytes  # the content header's payload as sent
-    body: Body
-    # The x-acemq-id header as sent, None without one (named by module: mypyc looks a
-    # bare builtin in a dataclass's annotations up in the module's globals).
-    acemq_id: builtins.object
-    through: int = 0  # the size of a body passed through (``body`` is empty then)
-    returned: bool = False
+    One per publish: a plain class, whose ``__init__`` the compiled build compiles
+    (docs/decisions/0063).
+    """
+
+    __slots__ = (
+        "acemq_id",
+        "body",
+        "exchange",
+        "header",
+        "returned",
+        "routing_key",
+        "settled",
+        "through",
+    )
+
+    def __init__(  # noqa: PLR0917 - the publish's parts, in the order they are sent
+        self,
+        settled: Settled,
+        exchange: str,
+        routing_key: str,
+        header: bytes,
+        body: Body,
+        acemq_id: object,
+        through: int,
+    ) -> None:
+        self.settled = settled  # called once, with the outcome or the channel's error
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self.header = header  # the content header's payload as sent
+        self.body = body
+        self.acemq_id = acemq_id  # the x-acemq-id header as sent, None without one
+        self.through = through  # the size of a body passed through (``body`` is empty then)
+        self.returned = False
 
 
 class Confirms:

@@ -61,15 +61,32 @@ class Policy:
     login: str | None = "guest"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, init=False)
 class Relay:
-    """Publish the message with these properties and headers; the body is unchanged."""
+    """Publish the message with these properties and headers; the body is unchanged.
+
+    Made once per message: ``__init__`` written out (docs/decisions/0063).
+    """
 
     properties: Mapping[str, PropertyValue]
     headers: Mapping[str, FieldValue]
     violations: tuple[Violation, ...]
     # The unknown x-acemq- names stripped: for the log, never for a metric label (section 6).
-    stripped: tuple[str, ...] = ()
+    stripped: tuple[str, ...]
+
+    def __init__(
+        self,
+        *,
+        properties: Mapping[str, PropertyValue],
+        headers: Mapping[str, FieldValue],
+        violations: tuple[Violation, ...],
+        stripped: tuple[str, ...] = (),
+    ) -> None:
+        """Set every field: frozen, so by ``object.__setattr__`` (compiled: a direct store)."""
+        object.__setattr__(self, "properties", properties)
+        object.__setattr__(self, "headers", headers)
+        object.__setattr__(self, "violations", violations)
+        object.__setattr__(self, "stripped", stripped)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

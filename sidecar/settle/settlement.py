@@ -87,9 +87,12 @@ class Target:
     policy: Policy
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, init=False)
 class Copy:
-    """Publish this copy to the target; on its confirm the delivery counts ``outcome``."""
+    """Publish this copy to the target; on its confirm the delivery counts ``outcome``.
+
+    Made once per message: ``__init__`` written out (docs/decisions/0063).
+    """
 
     properties: dict[str, PropertyValue]
     headers: dict[str, FieldValue]
@@ -97,7 +100,23 @@ class Copy:
     outcome: Outcome
     # The delivery's own content header when the copy changes nothing in it: sent as it
     # came, byte for byte, instead of encoding the same properties and headers again.
-    content_header: bytes | None = None
+    content_header: bytes | None
+
+    def __init__(
+        self,
+        *,
+        properties: dict[str, PropertyValue],
+        headers: dict[str, FieldValue],
+        routing_key: str,
+        outcome: Outcome,
+        content_header: bytes | None = None,
+    ) -> None:
+        """Set every field: frozen, so by ``object.__setattr__`` (compiled: a direct store)."""
+        object.__setattr__(self, "properties", properties)
+        object.__setattr__(self, "headers", headers)
+        object.__setattr__(self, "routing_key", routing_key)
+        object.__setattr__(self, "outcome", outcome)
+        object.__setattr__(self, "content_header", content_header)
 
 
 @dataclass(frozen=True, slots=True)

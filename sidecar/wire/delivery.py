@@ -46,9 +46,14 @@ class UnreadBody:
     limit: int  # the most the consumer holds of one body
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, init=False)
 class Delivery:
-    """One message consumed from a staging queue, in our own types."""
+    """One message consumed from a staging queue, in our own types.
+
+    Made once per message: its ``__init__`` is written out (``init=False``) because the
+    compiled build compiles a written ``__init__`` and runs a generated one as Python
+    (docs/decisions/0063-values-made-per-message.md).
+    """
 
     delivery_tag: int
     exchange: str
@@ -57,12 +62,40 @@ class Delivery:
     properties: Mapping[str, PropertyValue]
     headers: Mapping[str, FieldValue]
     body: Body
-    undecodable: UndecodableTable | None = None
+    undecodable: UndecodableTable | None
     # Set when the content header was too large to read: properties and headers are empty.
-    unread_header: UnreadHeader | None = None
+    unread_header: UnreadHeader | None
     # Set when the body is over the consumer's max_body_bytes: ``body`` is empty.
-    unread_body: UnreadBody | None = None
-    content_header: bytes = b""  # as received: republished as it is when nothing changed
+    unread_body: UnreadBody | None
+    content_header: bytes  # as received: republished as it is when nothing changed
+
+    def __init__(
+        self,
+        *,
+        delivery_tag: int,
+        exchange: str,
+        routing_key: str,
+        redelivered: bool,
+        properties: Mapping[str, PropertyValue],
+        headers: Mapping[str, FieldValue],
+        body: Body,
+        undecodable: UndecodableTable | None = None,
+        unread_header: UnreadHeader | None = None,
+        unread_body: UnreadBody | None = None,
+        content_header: bytes = b"",
+    ) -> None:
+        """Set every field: frozen, so by ``object.__setattr__`` (compiled: a direct store)."""
+        object.__setattr__(self, "delivery_tag", delivery_tag)
+        object.__setattr__(self, "exchange", exchange)
+        object.__setattr__(self, "routing_key", routing_key)
+        object.__setattr__(self, "redelivered", redelivered)
+        object.__setattr__(self, "properties", properties)
+        object.__setattr__(self, "headers", headers)
+        object.__setattr__(self, "body", body)
+        object.__setattr__(self, "undecodable", undecodable)
+        object.__setattr__(self, "unread_header", unread_header)
+        object.__setattr__(self, "unread_body", unread_body)
+        object.__setattr__(self, "content_header", content_header)
 
 
 class PublishOutcome(StrEnum):
