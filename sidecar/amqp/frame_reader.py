@@ -191,6 +191,9 @@ class FrameReader:
             raise NotAmqpError(f"the server refused AMQP 0-9-1 and offers {bytes(buffer[:8])!r}")
         owners = self._owners
         view = memoryview(buffer)
+        kind: int  # typed: compiled, the comparisons and arithmetic below stay native
+        number: int
+        length: int
         while size - at >= 8:
             kind, number, length = HEADER.unpack_from(buffer, at)
             if length > owners.frame_max and not (
@@ -257,6 +260,7 @@ class FrameReader:
             # A channel closed from both sides at once gets the broker's close-ok after
             # its close; whatever comes for a channel already closed is moot.
             return
+        method_id: int
         (method_id,) = METHOD.unpack_from(payload, 0)
         if not channel.on_method(method_id, payload):
             channel.on_control(buffer[at : at + len(payload) + 8])

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, assert_never
+from typing import TYPE_CHECKING, Final, assert_never
 
 from sidecar.settle.settlement import Alone, Copy, DeadLetter, Hold, Quarantine, bounded
 
@@ -37,24 +37,24 @@ __all__ = [
     "slow_confirm",
 ]
 
-ACCESS_REFUSED = 403
-PRECONDITION_FAILED = 406
+ACCESS_REFUSED: Final = 403
+PRECONDITION_FAILED: Final = 406
 # Channel-closing refusals the broker gives again for the same publish, whatever the
 # retry: no write permission, an internal exchange (403); a message above
 # max_message_size, a user_id that is not the login (406).
-REPEATED_REFUSALS = frozenset({ACCESS_REFUSED, PRECONDITION_FAILED})
+REPEATED_REFUSALS: Final = frozenset({ACCESS_REFUSED, PRECONDITION_FAILED})
 # Shares of the broker's consumer_timeout: a held copy goes to quarantine at the first,
 # a quarantine copy nobody takes is dead-lettered at the second; the rest is margin for
 # the quarantine publish, the reject, and the broker's own timer.
-QUARANTINE_SHARE = 0.5
-DEAD_LETTER_SHARE = 0.75
-DEADLINE_SLACK_S = 0.001  # a wait that ends this close to its deadline has reached it
+QUARANTINE_SHARE: Final = 0.5
+DEAD_LETTER_SHARE: Final = 0.75
+DEADLINE_SLACK_S: Final = 0.001  # a wait that ends this close to its deadline has reached it
 # RabbitMQ's channel.close when its consumer_timeout takes a delivery back (rabbit_channel,
 # 3.10): "406 PRECONDITION_FAILED - delivery acknowledgement on channel 1 timed out. Timeout
 # value used: 5000 ms. This timeout value can be configured, see consumers doc guide ...".
 _TAKEN_BACK = re.compile(r"\b406\b.*delivery acknowledgement.*timed out", re.DOTALL)
 _TIMEOUT_USED = re.compile(r"Timeout value used: (\d+) ms")
-MIN_CONSUMER_TIMEOUT_S = 1.0  # the route map's least consumer_timeout_s
+MIN_CONSUMER_TIMEOUT_S: Final = 1.0  # the route map's least consumer_timeout_s
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
-from typing import TYPE_CHECKING, TypeAlias, assert_never
+from typing import TYPE_CHECKING, Final, TypeAlias, assert_never
 
 from sidecar.contract import ERROR, ORIGIN, Policy, Reject, Relay, move_user_id, normalise
 from sidecar.wire import ByteArray, PublishOutcome
@@ -59,10 +59,10 @@ __all__ = [
     "same_table",
 ]
 
-QUARANTINED_FROM = "acemq-quarantined-from"
-ORIGINAL_HEADERS = "acemq-original-headers"
-ORIGINAL_ERROR = "acemq-original-error"
-ORIGINAL_HEADER_BYTES = "acemq-original-header-bytes"
+QUARANTINED_FROM: Final = "acemq-quarantined-from"
+ORIGINAL_HEADERS: Final = "acemq-original-headers"
+ORIGINAL_ERROR: Final = "acemq-original-error"
+ORIGINAL_HEADER_BYTES: Final = "acemq-original-header-bytes"
 REASON_MAX = 4096  # characters of a reason kept in x-acemq-error and in a log line
 SHORT_REASON_MAX = 300  # a reason and a note that fit the smallest frame the broker allows
 ORIGIN_LOG_MAX = 200  # characters of an origin in a log line

@@ -34,13 +34,13 @@ if TYPE_CHECKING:
 
 __all__ = ["decode_table", "decode_table_for_pamqp"]
 
-_I8 = struct.Struct(">b")
-_I16 = struct.Struct(">h")
-_U16 = struct.Struct(">H")
-_I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
-_F32 = struct.Struct(">f")
-_DECIMAL = struct.Struct(">Bi")  # scale octet, then the signed unscaled value
+_I8: Final = struct.Struct(">b")
+_I16: Final = struct.Struct(">h")
+_U16: Final = struct.Struct(">H")
+_I32: Final = struct.Struct(">i")
+_I64: Final = struct.Struct(">q")
+_F32: Final = struct.Struct(">f")
+_DECIMAL: Final = struct.Struct(">Bi")  # scale octet, then the signed unscaled value
 
 # What each tag is called in error messages.
 _TAG_NAMES: Final = {
@@ -119,7 +119,8 @@ def _decode_table(  # noqa: C901, PLR0912 - the hot loop, one function: no call 
     """Decode the table whose length is at ``o``; it must end by ``limit``, its container's end."""
     if o + 4 > limit:
         raise FieldError(f"table length at offset {o} needs 4 bytes, {max(limit - o, 0)} left")
-    end = o + 4 + U32.unpack_from(buf, o)[0]
+    length: int = U32.unpack_from(buf, o)[0]  # typed: compiled, the arithmetic stays native
+    end = o + 4 + length
     if end > limit:
         raise FieldError(
             f"table of {end - o - 4} bytes at offset {o} runs {end - limit} bytes past the end "
@@ -141,7 +142,8 @@ def _decode_table(  # noqa: C901, PLR0912 - the hot loop, one function: no call 
         at = o
         try:
             if buf[at] == 0x53:  # S, most headers: decoded here to save a call per entry
-                o = at + 5 + U32.unpack_from(buf, at + 1)[0]
+                length = U32.unpack_from(buf, at + 1)[0]
+                o = at + 5 + length
                 if o > end:
                     raise _overrun(buf, at, o - end)
                 raw = buf[at + 5 : o]
@@ -165,7 +167,8 @@ def _decode_table(  # noqa: C901, PLR0912 - the hot loop, one function: no call 
 
 def _decode_array(buf: bytes, o: int, limit: int, depth: int) -> tuple[FieldArray, int]:
     """Decode the array whose byte length is at ``o``; it must end by ``limit``."""
-    end = o + 4 + U32.unpack_from(buf, o)[0]
+    length: int = U32.unpack_from(buf, o)[0]
+    end = o + 4 + length
     if end > limit:
         raise FieldError(
             f"array of {end - o - 4} bytes at offset {o} runs {end - limit} bytes past the end "
@@ -199,7 +202,8 @@ def _decode_value(  # noqa: C901, PLR0911, PLR0912 - one branch per wire tag, by
     tag = buf[at]
     o = at + 1
     if tag == 0x53:  # S
-        end = o + 4 + U32.unpack_from(buf, o)[0]
+        length: int = U32.unpack_from(buf, o)[0]
+        end = o + 4 + length
         if end > limit:
             raise _overrun(buf, at, end - limit)
         raw = buf[o + 4 : end]
@@ -226,7 +230,8 @@ def _decode_value(  # noqa: C901, PLR0911, PLR0912 - one branch per wire tag, by
     if tag in (0x56, 0x00):  # V, and the zero byte pamqp also reads as void
         return None, o
     if tag == 0x78:  # x
-        end = o + 4 + U32.unpack_from(buf, o)[0]
+        length = U32.unpack_from(buf, o)[0]
+        end = o + 4 + length
         if end > limit:
             raise _overrun(buf, at, end - limit)
         return ByteArray(buf[o + 4 : end]), end

@@ -77,10 +77,10 @@ PropertyValue: TypeAlias = str | int
 """The value of a message property, snake_case named, the timestamp in seconds."""
 
 # Compiled once: decoding and encoding run for every relayed message.
-U8 = struct.Struct(">B")
-U32 = struct.Struct(">I")
-U64 = struct.Struct(">Q")
-F64 = struct.Struct(">d")
+U8: Final = struct.Struct(">B")
+U32: Final = struct.Struct(">I")
+U64: Final = struct.Struct(">Q")
+F64: Final = struct.Struct(">d")
 
 
 class FieldError(Exception):

@@ -76,6 +76,7 @@ HEARTBEAT: Final = bytes((FRAME_HEARTBEAT, 0, 0, 0, 0, 0, 0, FRAME_END))
 
 _CONTENT: Final = struct.Struct(">HHQH")  # class, weight, body size, property flags
 _TAG: Final = struct.Struct(">QB")  # delivery tag and the bits after it
+_U32: Final = struct.Struct(">I")  # a table's length
 _ACK: Final = struct.Struct(">BHIIQBB")  # a whole basic.ack frame
 _SHORTSTR_MAX: Final = 255
 
@@ -154,6 +155,8 @@ def parse_deliver(payload: bytes) -> BasicDeliver:
     """Read a ``basic.deliver`` method payload (class and method ids included)."""
     try:
         consumer_tag, at = read_shortstr(payload, 4)
+        delivery_tag: int
+        bits: int
         delivery_tag, bits = _TAG.unpack_from(payload, at)
         exchange, at = read_shortstr(payload, at + 9)
         routing_key, _ = read_shortstr(payload, at)
@@ -190,6 +193,8 @@ def parse_content_header(payload: bytes) -> ContentHeader:
     never sends); a bad table inside a good frame is an :class:`UndecodableTable`.
     """
     try:
+        body_size: int
+        flags: int
         _, _, body_size, flags = _CONTENT.unpack_from(payload, 0)
         at = _CONTENT.size
         properties: dict[str, PropertyValue] = {}
@@ -217,7 +222,7 @@ def _present(flags: int) -> tuple[tuple[str, str], ...]:
 
 
 def _read_table(payload: bytes, at: int) -> tuple[FieldTable | UndecodableTable, int]:
-    (length,) = struct.unpack_from(">I", payload, at)
+    length: int = _U32.unpack_from(payload, at)[0]
     end = at + 4 + length
     try:
         table, _ = decode_table(payload, at)

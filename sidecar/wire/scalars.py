@@ -34,12 +34,12 @@ if TYPE_CHECKING:
 
 __all__ = ["SCALAR_ENCODERS", "TAGS"]
 
-_TAG_I32 = struct.Struct(">ci")
-_TAG_U32 = struct.Struct(">cI")
-_TAG_I64 = struct.Struct(">cq")
-_TAG_U64 = struct.Struct(">cQ")
-_TAG_F32 = struct.Struct(">cf")
-_TAG_DECIMAL = struct.Struct(">cBi")
+_TAG_I32: Final = struct.Struct(">ci")
+_TAG_U32: Final = struct.Struct(">cI")
+_TAG_I64: Final = struct.Struct(">cq")
+_TAG_U64: Final = struct.Struct(">cQ")
+_TAG_F32: Final = struct.Struct(">cf")
+_TAG_DECIMAL: Final = struct.Struct(">cBi")
 
 
 # len called through a name: compiled, len of a bytes parameter reads the object's size
