@@ -408,6 +408,7 @@ def main() -> None:
         compare(args.a, args.b, n=args.n, pairs=args.pairs)
         return
     run = _loop_runner()
+    _tune_collector()
     if args.serve:
         run(serve())
         return
@@ -421,6 +422,15 @@ def main() -> None:
         "runs": [round(x, 2) for x in ours],
     }
     print(json.dumps(summary))
+
+
+def _tune_collector() -> None:
+    """The garbage collector as ``acemq-sidecar run`` sets it, where the build has it."""
+    try:
+        from sidecar.cli import tune_collector  # noqa: PLC0415
+    except ImportError:  # an older build (--a): it ran with the interpreter's defaults
+        return
+    tune_collector()
 
 
 def _loop_runner() -> Callable[[Coroutine[Any, Any, _T]], _T]:

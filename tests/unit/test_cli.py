@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import gc
 import io
 import json
 from pathlib import Path
 
 import pytest
 
-from sidecar.cli import build_parser, main
+from sidecar.cli import YOUNG_COLLECTION_EVERY, build_parser, main, tune_collector
 from tests.unit.contract.test_contract_vectors import VECTORS
 
 
@@ -131,3 +132,17 @@ def test_run_unknown_log_level_exits_2_with_the_choices(
     err = capsys.readouterr().err
     assert "unknown log level 'loud'" in err
     assert "DEBUG, INFO, WARNING, ERROR, CRITICAL" in err
+
+
+def test_the_collector_is_tuned_for_the_relay() -> None:
+    """Young collections far apart, start-up's objects frozen out of the full passes."""
+    before = gc.get_threshold()
+    try:
+        gc.unfreeze()
+        made_at_start_up: list[list[int]] = [[] for _ in range(100)]
+        tune_collector()
+        assert gc.get_threshold() == (YOUNG_COLLECTION_EVERY, 20, 20)
+        assert gc.get_freeze_count() >= len(made_at_start_up)
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
