@@ -17,8 +17,9 @@ it published that way) is not held at all: the message is whole at its header, w
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Final, NamedTuple
+from typing import TYPE_CHECKING, Final
 
 from sidecar.amqp.stream import BodyStream
 from sidecar.amqp.violations import FrameError, UnexpectedFrameError
@@ -65,14 +66,33 @@ def delivery_of(
     )
 
 
-class Content(NamedTuple):
-    """A whole message off the wire: the method it came with, its header and its body."""
+@dataclass(frozen=True, slots=True, init=False)
+class Content:
+    """A whole message off the wire: the method it came with, its header and its body.
+
+    One per message: ``__init__`` written out (docs/decisions/0063).
+    """
 
     method: BasicDeliver | BasicReturn
     header: ContentHeader
     body: Body
-    unread: UnreadHeader | None = None  # the header was too large to read: it is empty
-    stream: BodyStream | None = None  # the body passes through: ``body`` is empty
+    unread: UnreadHeader | None  # the header was too large to read: it is empty
+    stream: BodyStream | None  # the body passes through: ``body`` is empty
+
+    def __init__(
+        self,
+        method: BasicDeliver | BasicReturn,
+        header: ContentHeader,
+        body: Body,
+        unread: UnreadHeader | None = None,
+        stream: BodyStream | None = None,
+    ) -> None:
+        """Set every field: frozen, so by ``object.__setattr__`` (compiled: a direct store)."""
+        object.__setattr__(self, "method", method)
+        object.__setattr__(self, "header", header)
+        object.__setattr__(self, "body", body)
+        object.__setattr__(self, "unread", unread)
+        object.__setattr__(self, "stream", stream)
 
 
 class ContentReader:

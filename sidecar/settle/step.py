@@ -16,7 +16,7 @@ from __future__ import annotations
 import builtins  # noqa: TC003 - a compiled dataclass loads its annotations at run time
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Final, NamedTuple, TypeAlias, assert_never
+from typing import TYPE_CHECKING, Final, TypeAlias, assert_never
 
 from sidecar.settle import holds as settlement_holds
 from sidecar.settle.answers import (
@@ -85,11 +85,21 @@ BUG_REASON = "internal error; see the log"  # what the route says after a bug ga
 # --- the actions the settler carries out ---------------------------------------------------
 
 
-class Publish(NamedTuple):
+# Publish, Attempt and Step are made for every delivery: their ``__init__`` is written
+# out, which the compiled build compiles (docs/decisions/0063-values-made-per-message.md).
+
+
+@dataclass(frozen=True, slots=True, init=False)
+class Publish:
     """Publish ``plan`` once; ``alone``: on a channel of its own, not the shared one."""
 
     plan: Plan
     alone: bool
+
+    def __init__(self, plan: Plan, alone: bool) -> None:  # noqa: FBT001 - as the field
+        """Set every field: frozen, so by ``object.__setattr__`` (compiled: a direct store)."""
+        object.__setattr__(self, "plan", plan)
+        object.__setattr__(self, "alone", alone)
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,24 +212,34 @@ Event: TypeAlias = Violations | Held | RetriedCopy | Quarantined | Bug | Left
 # --- the state and the step ----------------------------------------------------------------
 
 
-# Publish, Attempt and Step are made for every delivery: NamedTuples, immutable as frozen
-# dataclasses are and made in half the time (docs/decisions/0060-settle-step.md).
-
-
-class Attempt(NamedTuple):
+@dataclass(frozen=True, slots=True, init=False)
+class Attempt:
     """Where one delivery stands: its plan, on which channel, how often the plan was held."""
 
     plan: Plan
-    alone: bool = False  # publish on a channel of its own (once a refusal was ambiguous)
-    holds: int = 0  # publishes of this plan the broker held back
+    alone: bool  # publish on a channel of its own (once a refusal was ambiguous)
+    holds: int  # publishes of this plan the broker held back
+
+    def __init__(self, plan: Plan, alone: bool = False, holds: int = 0) -> None:  # noqa: FBT001, FBT002
+        """Set every field: frozen, so by ``object.__setattr__`` (compiled: a direct store)."""
+        object.__setattr__(self, "plan", plan)
+        object.__setattr__(self, "alone", alone)
+        object.__setattr__(self, "holds", holds)
 
 
-class Step(NamedTuple):
+@dataclass(frozen=True, slots=True, init=False)
+class Step:
     """What to do next, the state to come back with, and what was seen on the way."""
 
     action: Action
     attempt: Attempt
-    events: tuple[Event, ...] = ()
+    events: tuple[Event, ...]
+
+    def __init__(self, action: Action, attempt: Attempt, events: tuple[Event, ...] = ()) -> None:
+        """Set every field: frozen, so by ``object.__setattr__`` (compiled: a direct store)."""
+        object.__setattr__(self, "action", action)
+        object.__setattr__(self, "attempt", attempt)
+        object.__setattr__(self, "events", events)
 
 
 _ACKS: Final = MappingProxyType({outcome: Ack(outcome) for outcome in Outcome})

@@ -109,9 +109,11 @@ class UndecodableTable:
     error: str
 
 
-# The frames' values are NamedTuples, not frozen dataclasses: as immutable, and made in
-# one call, which counts for values made for every message (bench/pipeline.py).
-class BasicDeliver(NamedTuple):
+# A deliver's and a content header's values are made for every message: their
+# ``__init__`` is written out, which the compiled build compiles
+# (docs/decisions/0063-values-made-per-message.md).
+@dataclass(frozen=True, slots=True, init=False)
+class BasicDeliver:
     """The fields of a ``basic.deliver`` method."""
 
     consumer_tag: str
@@ -119,6 +121,21 @@ class BasicDeliver(NamedTuple):
     redelivered: bool
     exchange: str
     routing_key: str
+
+    def __init__(
+        self,
+        consumer_tag: str,
+        delivery_tag: int,
+        redelivered: bool,  # noqa: FBT001 - a field
+        exchange: str,
+        routing_key: str,
+    ) -> None:
+        """Set every field: frozen, so by ``object.__setattr__`` (compiled: a direct store)."""
+        object.__setattr__(self, "consumer_tag", consumer_tag)
+        object.__setattr__(self, "delivery_tag", delivery_tag)
+        object.__setattr__(self, "redelivered", redelivered)
+        object.__setattr__(self, "exchange", exchange)
+        object.__setattr__(self, "routing_key", routing_key)
 
 
 class BasicReturn(NamedTuple):
@@ -130,13 +147,27 @@ class BasicReturn(NamedTuple):
     routing_key: str
 
 
-class ContentHeader(NamedTuple):
+@dataclass(frozen=True, slots=True, init=False)
+class ContentHeader:
     """A content header: the body's size, the properties, the header table, the bytes."""
 
     body_size: int
     properties: dict[str, PropertyValue]
     headers: FieldTable | UndecodableTable | None
     payload: bytes
+
+    def __init__(
+        self,
+        body_size: int,
+        properties: dict[str, PropertyValue],
+        headers: FieldTable | UndecodableTable | None,
+        payload: bytes,
+    ) -> None:
+        """Set every field: frozen, so by ``object.__setattr__`` (compiled: a direct store)."""
+        object.__setattr__(self, "body_size", body_size)
+        object.__setattr__(self, "properties", properties)
+        object.__setattr__(self, "headers", headers)
+        object.__setattr__(self, "payload", payload)
 
 
 # --- reading -------------------------------------------------------------------------------

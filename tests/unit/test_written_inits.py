@@ -13,12 +13,19 @@ from typing import Any
 
 import pytest
 
+from sidecar.amqp.content import Content
+from sidecar.amqp.stream import BodyStream
 from sidecar.contract.verdict import Kind, Relay, Violation
 from sidecar.settle.settlement import Copy, Outcome
-from sidecar.wire import UndecodableTable
+from sidecar.settle.step import Attempt, Publish, RetriedCopy, Step
+from sidecar.wire import BasicDeliver, ContentHeader, UndecodableTable
 from sidecar.wire.delivery import Delivery, UnreadBody, UnreadHeader
 
-WRITTEN: list[type[Any]] = [Delivery, Copy, Relay]
+# By keyword only (the domain values), or also by position (the frames' and the step's
+# values, which were NamedTuples).
+KEYWORD_ONLY: list[type[Any]] = [Delivery, Copy, Relay]
+BY_POSITION: list[type[Any]] = [Publish, Attempt, Step, BasicDeliver, ContentHeader, Content]
+WRITTEN = KEYWORD_ONLY + BY_POSITION
 DEFAULTS: dict[type[Any], dict[str, object]] = {
     Delivery: {
         "undecodable": None,
@@ -28,6 +35,12 @@ DEFAULTS: dict[type[Any], dict[str, object]] = {
     },
     Copy: {"content_header": None},
     Relay: {"stripped": ()},
+    Publish: {},
+    Attempt: {"alone": False, "holds": 0},
+    Step: {"events": ()},
+    BasicDeliver: {},
+    ContentHeader: {},
+    Content: {"unread": None, "stream": None},
 }
 
 
@@ -37,7 +50,12 @@ def test_each_field_is_a_keyword_parameter_with_its_default(cls: type[Any]) -> N
         pytest.skip("a compiled __init__ shows no signature; the plain build checks it")
     parameters = list(inspect.signature(cls.__init__).parameters.values())[1:]
     assert [p.name for p in parameters] == [f.name for f in dataclasses.fields(cls)]
-    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in parameters)
+    kind = (
+        inspect.Parameter.KEYWORD_ONLY
+        if cls in KEYWORD_ONLY
+        else inspect.Parameter.POSITIONAL_OR_KEYWORD
+    )
+    assert all(p.kind is kind for p in parameters)
     defaults = {p.name: p.default for p in parameters if p.default is not inspect.Parameter.empty}
     assert defaults == DEFAULTS[cls]
 
@@ -72,7 +90,50 @@ SAMPLES: dict[type[Any], dict[str, object]] = {
         "stripped": ("x-acemq-unknown",),
     },
 }
-OTHER_LAST: dict[type[Any], object] = {Delivery: b"", Copy: None, Relay: ()}
+_COPY: dict[str, Any] = SAMPLES[Copy]
+_ATTEMPT: dict[str, Any] = {"plan": Copy(**_COPY), "alone": True, "holds": 2}
+_DELIVER: dict[str, Any] = {
+    "consumer_tag": "<tag>",
+    "delivery_tag": 7,
+    "redelivered": True,
+    "exchange": "<exchange>",
+    "routing_key": "<routing key>",
+}
+_HEADER: dict[str, Any] = {
+    "body_size": 6,
+    "properties": {"message_id": "<id>"},
+    "headers": {"x-acemq-id": "<id>"},
+    "payload": b"<payload>",
+}
+SAMPLES |= {
+    Publish: {"plan": Copy(**_COPY), "alone": True},
+    Attempt: _ATTEMPT,
+    Step: {
+        "action": Publish(Copy(**_COPY), alone=True),
+        "attempt": Attempt(**_ATTEMPT),
+        "events": (RetriedCopy(),),
+    },
+    BasicDeliver: _DELIVER,
+    ContentHeader: _HEADER,
+    Content: {
+        "method": BasicDeliver(**_DELIVER),
+        "header": ContentHeader(**_HEADER),
+        "body": b"<body>",
+        "unread": UnreadHeader(size=9, limit=8),
+        "stream": BodyStream(6, resume=lambda: None),
+    },
+}
+OTHER_LAST: dict[type[Any], object] = {
+    Delivery: b"",
+    Copy: None,
+    Relay: (),
+    Publish: False,
+    Attempt: 0,
+    Step: (),
+    BasicDeliver: "<other>",
+    ContentHeader: b"",
+    Content: None,
+}
 
 
 @pytest.mark.parametrize("cls", WRITTEN, ids=lambda cls: cls.__name__)
