@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Final, NamedTuple
 from sidecar.errors import WireError
 from sidecar.wire.decode import decode_table
 from sidecar.wire.encode import encode_table
+from sidecar.wire.fields import U32
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -76,7 +77,6 @@ HEARTBEAT: Final = bytes((FRAME_HEARTBEAT, 0, 0, 0, 0, 0, 0, FRAME_END))
 
 _CONTENT: Final = struct.Struct(">HHQH")  # class, weight, body size, property flags
 _TAG: Final = struct.Struct(">QB")  # delivery tag and the bits after it
-_U32: Final = struct.Struct(">I")  # a table's length
 _ACK: Final = struct.Struct(">BHIIQBB")  # a whole basic.ack frame
 _SHORTSTR_MAX: Final = 255
 
@@ -253,7 +253,7 @@ def _present(flags: int) -> tuple[tuple[str, str], ...]:
 
 
 def _read_table(payload: bytes, at: int) -> tuple[FieldTable | UndecodableTable, int]:
-    length: int = _U32.unpack_from(payload, at)[0]
+    length: int = U32.unpack_from(payload, at)[0]
     end = at + 4 + length
     try:
         table, _ = decode_table(payload, at)

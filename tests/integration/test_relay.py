@@ -29,6 +29,7 @@ from sidecar.wire import (
     UInt16,
     UInt32,
 )
+from tests.compiled import is_compiled
 from tests.integration.conftest import make_topology, route_map_yaml, wait_for
 from tests.support import Broker
 
@@ -488,7 +489,7 @@ async def test_deleted_staging_queue_pauses_then_resumes(
 
 
 @pytest.mark.skipif(
-    settlement.__file__ is not None and settlement.__file__.endswith(".so"),
+    is_compiled(settlement),
     reason="replaces a function compiled code binds early; plain runs it, and the unit suite's"
     " planning-bug test covers the compiled build",
 )

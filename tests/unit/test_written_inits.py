@@ -1,14 +1,16 @@
 """Values made once per message write their ``__init__`` out: it does what a generated one does.
 
 docs/decisions/0063-values-made-per-message.md: a written ``__init__`` is compiled, a
-generated one runs as Python. Each parameter is a field, by keyword, with the field's
-default; every field is set; the value stays frozen and compares as a dataclass does.
+generated one runs as Python. The parameters are the fields, in order, with the fields'
+defaults (by keyword only for the domain values); every field is set; the value stays
+frozen and compares as a dataclass does.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
+import sys
 from typing import Any
 
 import pytest
@@ -20,6 +22,7 @@ from sidecar.settle.settlement import Copy, Outcome
 from sidecar.settle.step import Attempt, Publish, RetriedCopy, Step
 from sidecar.wire import BasicDeliver, ContentHeader, UndecodableTable
 from sidecar.wire.delivery import Delivery, UnreadBody, UnreadHeader
+from tests.compiled import is_compiled
 
 # By keyword only (the domain values), or also by position (the frames' and the step's
 # values, which were NamedTuples).
@@ -151,5 +154,4 @@ def test_every_field_is_set_and_the_value_is_frozen(cls: type[Any]) -> None:
 
 def _compiled(cls: type[Any]) -> bool:
     """Compiled code stores fields directly: frozen holds for type checks, not at run time."""
-    module = inspect.getmodule(cls)
-    return module is not None and (module.__file__ or "").endswith(".so")
+    return is_compiled(sys.modules[cls.__module__])

@@ -19,6 +19,7 @@ from sidecar.amqp.frame_reader import (
 )
 from sidecar.amqp.violations import FrameError
 from sidecar.wire import FRAME_HEADER, HEADER, UnreadHeader
+from tests.compiled import is_compiled
 from tests.unit.amqp.test_amqp_link import RecordingEnd, delivery_frames
 
 
@@ -135,7 +136,7 @@ def test_any_other_frame_over_the_frame_size_is_still_a_frame_error() -> None:
 
 
 @pytest.mark.skipif(
-    frame_reader.__file__ is not None and frame_reader.__file__.endswith(".so"),
+    is_compiled(frame_reader),
     reason="counts calls of a method a compiled class does not let be replaced; plain runs it",
 )
 def test_a_large_frame_in_many_reads_is_read_once_it_is_whole() -> None:
