@@ -75,8 +75,8 @@ class CompiledBuild(BuildHookInterface):  # type: ignore[type-arg]
         os.chdir(self.root)  # mypyc names modules by their paths from the project root
         try:
             # The dependencies' types are the build environment's: the hook asks for the
-            # runtime dependencies (pyproject.toml); pyyaml ships none and stays untyped.
-            flags = ["--disable-error-code=import-untyped"]
+            # runtime dependencies (pyproject.toml), and mypy's flags come from there too.
+            flags = list(self.config["mypy-flags"])
             extensions = mypycify(
                 [*flags, *modules], group_name=GROUP, target_dir=str(self._work / "c")
             )
