@@ -78,7 +78,10 @@ class CompiledBuild(BuildHookInterface):  # type: ignore[type-arg]
             # runtime dependencies (pyproject.toml), and mypy's flags come from there too.
             flags = list(self.config["mypy-flags"])
             extensions = mypycify(
-                [*flags, *modules], group_name=GROUP, target_dir=str(self._work / "c")
+                [*flags, *modules],
+                group_name=GROUP,
+                target_dir=str(self._work / "c"),
+                multi_file=True,  # a C file per module, compiled in parallel
             )
             dist = Distribution({"name": "acemq-sidecar-compiled", "ext_modules": extensions})
             dist.script_args = [
@@ -87,6 +90,8 @@ class CompiledBuild(BuildHookInterface):  # type: ignore[type-arg]
                 str(lib),
                 "--build-temp",
                 str(self._work / "tmp"),
+                "--parallel",
+                str(os.cpu_count() or 1),
             ]
             dist.parse_command_line()
             dist.run_commands()

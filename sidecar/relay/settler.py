@@ -178,8 +178,9 @@ class Settler:
         """Carry out each action of the settle step, from ``step`` to the last one."""
         route = self.route
         while True:
-            match step.action:
-                case Publish() as action:
+            action = step.action
+            match action:
+                case Publish():
                     answer = await publish_answer(
                         self._publisher,
                         lane,
@@ -222,8 +223,8 @@ class Settler:
                     if not await _unblocked(self._connection, self._stop):
                         return  # stopping while blocked: the broker redelivers it
                     step = then
-                case _ as last:
-                    await self._finish(consumer, delivery, held, last, started=started)
+                case _:
+                    await self._finish(consumer, delivery, held, action, started=started)
                     return
             if step.events:
                 self._sink.observe(step.events, delivery, held)
