@@ -32,6 +32,7 @@ from sidecar.wire import (
     HEADER,
     METHOD,
     UnreadHeader,
+    read_u32,
 )
 
 __all__ = [
@@ -191,11 +192,10 @@ class FrameReader:
             raise NotAmqpError(f"the server refused AMQP 0-9-1 and offers {bytes(buffer[:8])!r}")
         owners = self._owners
         view = memoryview(buffer)
-        kind: int  # typed: compiled, the comparisons and arithmetic below stay native
-        number: int
-        length: int
-        while size - at >= 8:
-            kind, number, length = HEADER.unpack_from(buffer, at)
+        while size - at >= 8:  # the header's type, channel and size, read a byte at a time
+            kind = buffer[at]
+            number = buffer[at + 1] << 8 | buffer[at + 2]
+            length = read_u32(buffer, at + 3)
             if length > owners.frame_max and not (
                 kind == FRAME_HEADER and length <= self._header_max
             ):

@@ -431,7 +431,11 @@ def same_table(ours: Mapping[str, FieldValue], theirs: Mapping[str, FieldValue])
     Same names in the same order, each value the very same object or a text or integer of
     the same class and value (so a change of integer width is a change).
     """
-    return len(ours) == len(theirs) and all(
-        a == b and (x is y or (type(x) is type(y) and isinstance(x, str | int) and x == y))
-        for (a, x), (b, y) in zip(ours.items(), theirs.items(), strict=True)
-    )
+    if len(ours) != len(theirs):
+        return False
+    for (a, x), (b, y) in zip(ours.items(), theirs.items(), strict=True):  # a loop: no generator
+        if a != b:
+            return False
+        if x is not y and not (type(x) is type(y) and isinstance(x, str | int) and x == y):
+            return False
+    return True

@@ -41,6 +41,7 @@ from sidecar.wire.fields import (
     FieldTable,
     FieldValue,
     PropertyValue,
+    read_u32,
 )
 from sidecar.wire.frames import (
     BASIC_ACK,
@@ -146,5 +147,6 @@ __all__ = [
     "publish_parts",
     "put_shortstr",
     "read_shortstr",
+    "read_u32",
     "tag_of",
 ]

@@ -14,7 +14,16 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Final
 
 from sidecar.errors import WireError
-from sidecar.wire.fields import F64, MAX_DEPTH, U8, U32, U64, FieldError, too_deep
+from sidecar.wire.fields import (
+    F64,
+    MAX_DEPTH,
+    U8,
+    U32,
+    U64,
+    FieldError,
+    read_u32,
+    too_deep,
+)
 from sidecar.wire.values import (
     ByteArray,
     Float32,
@@ -37,8 +46,6 @@ __all__ = ["decode_table", "decode_table_for_pamqp"]
 _I8: Final = struct.Struct(">b")
 _I16: Final = struct.Struct(">h")
 _U16: Final = struct.Struct(">H")
-_I32: Final = struct.Struct(">i")
-_I64: Final = struct.Struct(">q")
 _F32: Final = struct.Struct(">f")
 _DECIMAL: Final = struct.Struct(">Bi")  # scale octet, then the signed unscaled value
 
@@ -119,7 +126,7 @@ def _decode_table(  # noqa: C901, PLR0912 - the hot loop, one function: no call 
     """Decode the table whose length is at ``o``; it must end by ``limit``, its container's end."""
     if o + 4 > limit:
         raise FieldError(f"table length at offset {o} needs 4 bytes, {max(limit - o, 0)} left")
-    length: int = U32.unpack_from(buf, o)[0]  # typed: compiled, the arithmetic stays native
+    length = read_u32(buf, o)
     end = o + 4 + length
     if end > limit:
         raise FieldError(
@@ -142,7 +149,7 @@ def _decode_table(  # noqa: C901, PLR0912 - the hot loop, one function: no call 
         at = o
         try:
             if buf[at] == 0x53:  # S, most headers: decoded here to save a call per entry
-                length = U32.unpack_from(buf, at + 1)[0]
+                length = read_u32(buf, at + 1)
                 o = at + 5 + length
                 if o > end:
                     raise _overrun(buf, at, o - end)
@@ -155,7 +162,7 @@ def _decode_table(  # noqa: C901, PLR0912 - the hot loop, one function: no call 
                 value, o = _decode_value(buf, at, end, depth)
         except FieldError as e:
             raise e.within(name) from None
-        except struct.error:
+        except (struct.error, IndexError):
             raise _truncated(buf, at).within(name) from None
         if o > end:
             raise _overrun(buf, at, o - end).within(name)
@@ -167,7 +174,7 @@ def _decode_table(  # noqa: C901, PLR0912 - the hot loop, one function: no call 
 
 def _decode_array(buf: bytes, o: int, limit: int, depth: int) -> tuple[FieldArray, int]:
     """Decode the array whose byte length is at ``o``; it must end by ``limit``."""
-    length: int = U32.unpack_from(buf, o)[0]
+    length = read_u32(buf, o)
     end = o + 4 + length
     if end > limit:
         raise FieldError(
@@ -182,7 +189,7 @@ def _decode_array(buf: bytes, o: int, limit: int, depth: int) -> tuple[FieldArra
             value, o = _decode_value(buf, o, end, depth)
         except FieldError as e:
             raise e.within(len(items)) from None
-        except struct.error:
+        except (struct.error, IndexError):
             raise _truncated(buf, at).within(len(items)) from None
         if o > end:
             raise _overrun(buf, at, o - end).within(len(items))
@@ -195,14 +202,14 @@ def _decode_value(  # noqa: C901, PLR0911, PLR0912 - one branch per wire tag, by
 ) -> tuple[FieldValue, int]:
     """Decode the tagged value at ``at``; return it and the offset just past it.
 
-    Fixed-width values are read without a bounds check: ``struct.error`` (past the buffer)
-    and the caller's ``o > end`` check (past the container) cover them. The branches are
-    ordered by how often the tags occur in real headers.
+    Fixed-width values are read without a bounds check: ``struct.error`` or ``IndexError``
+    (past the buffer) and the caller's ``o > end`` check (past the container) cover them.
+    The branches are ordered by how often the tags occur in real headers.
     """
     tag = buf[at]
     o = at + 1
     if tag == 0x53:  # S
-        length: int = U32.unpack_from(buf, o)[0]
+        length = read_u32(buf, o)
         end = o + 4 + length
         if end > limit:
             raise _overrun(buf, at, end - limit)
@@ -211,10 +218,12 @@ def _decode_value(  # noqa: C901, PLR0911, PLR0912 - one branch per wire tag, by
             return raw.decode(), end
         except UnicodeDecodeError:
             return raw, end
-    if tag == 0x49:  # I
-        return Int32(_I32.unpack_from(buf, o)[0]), o + 4
+    if tag == 0x49:  # I: two's complement, by hand for the same reason as read_u32
+        word = read_u32(buf, o)
+        return Int32(word - ((word & 0x8000_0000) << 1)), o + 4
     if tag == 0x6C:  # l
-        return Int64(_I64.unpack_from(buf, o)[0]), o + 8
+        high = read_u32(buf, o)
+        return Int64((high - ((high & 0x8000_0000) << 1)) << 32 | read_u32(buf, o + 4)), o + 8
     if tag == 0x74:  # t
         return U8.unpack_from(buf, o)[0] != 0, o + 1
     if tag == 0x46:  # F
@@ -230,7 +239,7 @@ def _decode_value(  # noqa: C901, PLR0911, PLR0912 - one branch per wire tag, by
     if tag in (0x56, 0x00):  # V, and the zero byte pamqp also reads as void
         return None, o
     if tag == 0x78:  # x
-        length = U32.unpack_from(buf, o)[0]
+        length = read_u32(buf, o)
         end = o + 4 + length
         if end > limit:
             raise _overrun(buf, at, end - limit)
@@ -244,7 +253,7 @@ def _decode_value(  # noqa: C901, PLR0911, PLR0912 - one branch per wire tag, by
     if tag == 0x75:  # u
         return UInt16(_U16.unpack_from(buf, o)[0]), o + 2
     if tag == 0x69:  # i
-        return UInt32(U32.unpack_from(buf, o)[0]), o + 4
+        return UInt32(read_u32(buf, o)), o + 4
     if tag == 0x4C:  # L
         return UInt64(U64.unpack_from(buf, o)[0]), o + 8
     if tag == 0x66:  # f

@@ -41,6 +41,7 @@ __all__ = [
     "FieldTable",
     "FieldValue",
     "PropertyValue",
+    "read_u32",
     "too_deep",
 ]
 
@@ -81,6 +82,15 @@ U8: Final = struct.Struct(">B")
 U32: Final = struct.Struct(">I")
 U64: Final = struct.Struct(">Q")
 F64: Final = struct.Struct(">d")
+
+
+def read_u32(buf: bytes, at: int) -> int:
+    """Return the big-endian unsigned 32-bit integer at ``at``; IndexError past the end.
+
+    What ``U32.unpack_from(buf, at)[0]`` returns, read a byte at a time: compiled, the reads
+    and shifts stay native, where ``struct`` builds a tuple and an int object per call.
+    """
+    return buf[at] << 24 | buf[at + 1] << 16 | buf[at + 2] << 8 | buf[at + 3]
 
 
 class FieldError(Exception):

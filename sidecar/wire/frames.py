@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Final, NamedTuple
 from sidecar.errors import WireError
 from sidecar.wire.decode import decode_table
 from sidecar.wire.encode import encode_table
-from sidecar.wire.fields import U32
+from sidecar.wire.fields import read_u32
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -253,8 +253,7 @@ def _present(flags: int) -> tuple[tuple[str, str], ...]:
 
 
 def _read_table(payload: bytes, at: int) -> tuple[FieldTable | UndecodableTable, int]:
-    length: int = U32.unpack_from(payload, at)[0]
-    end = at + 4 + length
+    end = at + 4 + read_u32(payload, at)
     try:
         table, _ = decode_table(payload, at)
     except WireError as e:
