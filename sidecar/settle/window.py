@@ -18,7 +18,7 @@ from typing import Final
 __all__ = ["GROWTH", "START_WINDOW", "in_flight_window", "next_window", "refill"]
 
 START_WINDOW: Final = 1  # a channel's first window: nothing is known of its bodies yet
-GROWTH: Final = 8  # how much a window grows in one step (1, 8, 64, 512)
+GROWTH: Final = 64  # how much a window grows in one step (1, 64, 512)
 
 
 def in_flight_window(*, prefetch: int, budget_bytes: int, largest_bytes: int | None) -> int:

@@ -95,15 +95,15 @@ def test_the_fakes_are_what_the_relay_types_against() -> None:
 
 
 async def test_small_messages_grow_the_window_from_one_to_the_prefetch() -> None:
-    """Slow start: 1, 8, 64, 512; one consumer at a time, none requeued."""
+    """Slow start: 1, 64, 512; one consumer at a time, none requeued."""
     broker = FakeBroker(deque([KIB] * 2000), confirm_after_s=0.002)  # slower than the broker
     connection = FakeConnection(broker)
     await drain(worker(prefetch=512), broker, connection)
     qos = [n for op, n in broker.calls if op in ("open", "qos")]
-    assert qos == [1, 8, 64, 512]
+    assert qos == [1, 64, 512]
     tags = [tag for op, tag in broker.calls if op == "consume"]
     assert tags[0] == "acemq-sidecar.orders"
-    assert tags[1:] == [f"acemq-sidecar.orders#{n}" for n in range(2, 5)]
+    assert tags[1:] == [f"acemq-sidecar.orders#{n}" for n in range(2, 4)]
     assert broker.peak_consumers == 1
     assert broker.peak_in_flight <= 512
     assert broker.requeued == 0
@@ -145,7 +145,7 @@ async def test_a_larger_body_shrinks_the_window_and_the_overshoot_is_the_old_win
     assert broker.peak_bytes <= budget  # once the old window's deliveries were settled
     assert {b for channel in broker.consuming for b in channel.budgets} == {budget}
     qos = [n for op, n in broker.calls if op in ("open", "qos")]
-    assert qos == [1, 8, 16, 4]
+    assert qos == [1, 16, 4]
     assert broker.peak_in_flight <= 16
     assert broker.peak_consumers == 1
     assert broker.requeued == 0
@@ -174,7 +174,7 @@ async def test_a_shrink_re_consumes_when_the_budget_stops_reading_before_the_win
     broker = FakeBroker(deque([KIB] * 300 + [64 * KIB] * 200), transit_s=0.002)
     connection = FakeConnection(broker)
     await drain(worker(prefetch=16, budget_bytes=budget), broker, connection)
-    assert [n for op, n in broker.calls if op in ("open", "qos")] == [1, 8, 16, 4]
+    assert [n for op, n in broker.calls if op in ("open", "qos")] == [1, 16, 4]
     assert broker.peak_read_bytes <= budget + 64 * KIB  # the budget and one message
     assert broker.peak_in_flight <= 16
     assert broker.peak_consumers == 1
@@ -293,7 +293,7 @@ async def test_no_re_consume_while_the_broker_blocks_the_connection() -> None:
     route.request_stop()
     async with asyncio.timeout(BOUND_S):
         await running
-    assert ("qos", 8) in broker.calls
+    assert ("qos", 64) in broker.calls
 
 
 async def test_the_brokers_cancel_settles_what_the_channel_holds_before_closing_it() -> None:

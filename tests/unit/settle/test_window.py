@@ -49,15 +49,15 @@ def test_the_allowed_window_is_within_one_and_prefetch_and_the_budget(
 
 NEXT = [
     # (current, allowed, prefetch, seen, may_grow) -> next window
-    # Slow start: times eight once a whole window of sizes was seen.
+    # Slow start: times 64 once a whole window of sizes was seen.
     (1, 512, 512, 0, True, None),
-    (1, 512, 512, 1, True, 8),
-    (8, 512, 512, 7, True, None),
-    (8, 512, 512, 8, True, 64),
+    (1, 512, 512, 1, True, 64),
+    (64, 512, 512, 63, True, None),
     (64, 512, 512, 64, True, 512),
-    # The last step is the route's prefetch, though it is less than times eight.
-    (8, 100, 100, 8, True, 64),
+    # The last step is the route's prefetch, though it is less than times 64.
+    (1, 100, 100, 1, True, 64),
     (64, 100, 100, 64, True, 100),
+    (8, 100, 100, 8, True, 100),
     (256, 512, 512, 256, True, 512),
     (512, 512, 512, 10_000, True, None),
     # Bounded by the budget: to what it allows, if that is at least twice the window.
@@ -84,7 +84,7 @@ NEXT = [
 def test_the_window_grows_by_steps_and_shrinks_at_once(
     *, current: int, allowed: int, prefetch: int, seen: int, may_grow: bool, expected: int | None
 ) -> None:
-    """Times eight after a whole window of sizes, to a shrink at the first larger body."""
+    """Times 64 after a whole window of sizes, to a shrink at the first larger body."""
     got = next_window(
         current=current, allowed=allowed, prefetch=prefetch, seen=seen, may_grow=may_grow
     )
@@ -179,14 +179,14 @@ def test_a_routes_window_starts_small_grows_and_shrinks_for_a_larger_body() -> N
     assert window.start() == START_WINDOW
     window.note(1024)
     assert window.wanted.is_set()
-    assert window.target() == 8
-    window.applied(8, whole=True)
-    for _ in range(7):
-        window.note(1024)
-    assert window.target() is None  # seven of eight sizes seen
-    window.note(512)
     assert window.target() == 64
     window.applied(64, whole=True)
+    for _ in range(63):
+        window.note(1024)
+    assert window.target() is None  # 63 of 64 sizes seen
+    window.note(512)
+    assert window.target() == 512
+    window.applied(512, whole=True)
     window.note(5 * MIB)  # at once: 12 of these fit 64 MiB
     assert window.target() == 8
     window.applied(8, whole=True)
@@ -195,9 +195,9 @@ def test_a_routes_window_starts_small_grows_and_shrinks_for_a_larger_body() -> N
     assert window.target() is None  # 12 < 2 x 8: no growth back
     assert window.start() == START_WINDOW
     window.note(1024)
-    assert window.target() == 8  # the largest body seen on the last channel still counts
-    window.applied(8, whole=True)
-    for _ in range(8):
+    assert window.target() == 12  # the largest body seen on the last channel still counts
+    window.applied(12, whole=True)
+    for _ in range(12):
         window.note(1024)
     assert window.target() is None
 
@@ -207,18 +207,18 @@ def test_a_window_that_had_to_start_smaller_stops_growing_on_its_channel() -> No
     window = InFlightWindow(prefetch=512, budget_bytes=BUDGET)
     window.start()
     window.note(1024)
-    window.applied(8, whole=True)
-    for _ in range(8):
+    window.applied(64, whole=True)
+    for _ in range(64):
         window.note(1024)
-    window.applied(60, whole=False)
-    for _ in range(100):
+    window.applied(400, whole=False)
+    for _ in range(1000):
         window.note(1024)
     assert window.target() is None
     window.note(5 * MIB)
     assert window.target() == 8  # shrinking still applies
     window.start()
     window.note(1024)
-    assert window.target() == 8  # a new channel grows again
+    assert window.target() == 12  # a new channel grows again, to what the budget allows
 
 
 def test_a_shrink_given_up_for_now_is_asked_for_again_at_the_next_body() -> None:
@@ -226,9 +226,6 @@ def test_a_shrink_given_up_for_now_is_asked_for_again_at_the_next_body() -> None
     window = InFlightWindow(prefetch=64, budget_bytes=BUDGET)
     window.start()
     window.note(1024)
-    window.applied(8, whole=True)
-    for _ in range(8):
-        window.note(1024)
     window.applied(64, whole=True)
     for _ in range(64):
         window.note(1024)  # at the prefetch: no more growth
