@@ -1,12 +1,14 @@
 """Latency through the sidecar at a fixed rate: staging publish to target delivery.
 
-Usage: python bench/latency.py [--rate R] [--seconds S] [--prefetch P]
+Usage: python bench/latency.py [--rate R] [--seconds S] [--prefetch P] [--via shovel]
 
 Starts ``acemq-sidecar run`` (default settings) on an empty staging queue, publishes the
 benchmark's message mix (1 KiB, 20% needing repair, 2% to quarantine) at a fixed rate,
 and times each message from just before its publish to its arrival on the target queue,
 both measured in this process. Includes the broker's two hops and the sidecar's confirm
-round trip. Prints p50/p99/max in ms, the last line as one JSON object.
+round trip. ``--via shovel``: the same through the shovel plugin (ack-mode on-confirm;
+``scripts/broker --plugins``), the figure to compare with in the same hour: absolute
+times move with the machine. Prints p50/p99/max in ms, the last line as one JSON object.
 """
 
 from __future__ import annotations
@@ -18,12 +20,23 @@ import time
 
 import aiormq
 import aiormq.abc
-from harness import BODY, URL, consumer_attached, expected_split, properties_for, sidecar, topology
+from harness import (
+    BODY,
+    URL,
+    consumer_attached,
+    expected_split,
+    properties_for,
+    shovel,
+    sidecar,
+    topology,
+)
 
 SENT = "x-bench-sent-ns"
 
 
-async def measure(rate: int, seconds: int, prefetch: int | None) -> dict[str, float]:
+async def measure(
+    rate: int, seconds: int, prefetch: int | None, *, via: str = "sidecar"
+) -> dict[str, float | str]:
     """Publish rate * seconds messages at the rate; return the latency percentiles."""
     connection = await aiormq.connect(URL)
     setup = await connection.channel()
@@ -40,7 +53,10 @@ async def measure(rate: int, seconds: int, prefetch: int | None) -> dict[str, fl
             done.set()
 
     try:
-        async with topology(setup, "latency") as topo, sidecar(topo, prefetch=prefetch):
+        async with (
+            topology(setup, "latency") as topo,
+            shovel(topo) if via == "shovel" else sidecar(topo, prefetch=prefetch),
+        ):
             await consumer_attached(setup, topo.staging)
             consumer = await connection.channel()
             await consumer.basic_consume(topo.target, on_message, no_ack=True)
@@ -59,6 +75,7 @@ async def measure(rate: int, seconds: int, prefetch: int | None) -> dict[str, fl
         await connection.close()
     samples.sort()
     return {
+        "via": via,
         "rate_msg_s": rate,
         "achieved_msg_s": round(achieved, 1),
         "messages": len(samples),
@@ -78,10 +95,11 @@ async def main() -> None:
     parser.add_argument(
         "--prefetch", type=int, default=None, help="the sidecar's (default: its own)"
     )
+    parser.add_argument("--via", choices=("sidecar", "shovel"), default="sidecar")
     args = parser.parse_args()
-    result = await measure(args.rate, args.seconds, args.prefetch)
+    result = await measure(args.rate, args.seconds, args.prefetch, via=args.via)
     print(
-        f"sidecar latency at {result['rate_msg_s']} msg/s ({result['messages']} messages):"
+        f"{args.via} latency at {result['rate_msg_s']} msg/s ({result['messages']} messages):"
         f" p50 {result['p50_ms']} ms, p99 {result['p99_ms']} ms, max {result['max_ms']} ms"
     )
     print(json.dumps(result))
