@@ -21,6 +21,7 @@ from sidecar.wire.fields import (
     U32,
     U64,
     FieldError,
+    read_i32,
     read_u32,
     too_deep,
 )
@@ -218,12 +219,10 @@ def _decode_value(  # noqa: C901, PLR0911, PLR0912 - one branch per wire tag, by
             return raw.decode(), end
         except UnicodeDecodeError:
             return raw, end
-    if tag == 0x49:  # I: two's complement, by hand for the same reason as read_u32
-        word = read_u32(buf, o)
-        return Int32(word - ((word & 0x8000_0000) << 1)), o + 4
-    if tag == 0x6C:  # l
-        high = read_u32(buf, o)
-        return Int64((high - ((high & 0x8000_0000) << 1)) << 32 | read_u32(buf, o + 4)), o + 8
+    if tag == 0x49:  # I
+        return Int32(read_i32(buf, o)), o + 4
+    if tag == 0x6C:  # l: the signed high word, then the low one
+        return Int64(read_i32(buf, o) << 32 | read_u32(buf, o + 4)), o + 8
     if tag == 0x74:  # t
         return U8.unpack_from(buf, o)[0] != 0, o + 1
     if tag == 0x46:  # F

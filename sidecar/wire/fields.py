@@ -41,6 +41,7 @@ __all__ = [
     "FieldTable",
     "FieldValue",
     "PropertyValue",
+    "read_i32",
     "read_u32",
     "too_deep",
 ]
@@ -91,6 +92,12 @@ def read_u32(buf: bytes, at: int) -> int:
     and shifts stay native, where ``struct`` builds a tuple and an int object per call.
     """
     return buf[at] << 24 | buf[at + 1] << 16 | buf[at + 2] << 8 | buf[at + 3]
+
+
+def read_i32(buf: bytes, at: int) -> int:
+    """Return the big-endian signed (two's complement) 32-bit integer at ``at``, as read_u32."""
+    word = read_u32(buf, at)
+    return word - ((word & 0x8000_0000) << 1)
 
 
 class FieldError(Exception):
