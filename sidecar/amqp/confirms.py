@@ -5,11 +5,17 @@ does not route comes back as a ``basic.return`` before its confirm; the return m
 publish it is for, and the confirm then settles it as returned.
 
 A return is matched by what a broker never changes: the exchange, the routing key, the
-body and the sidecar's own ``x-acemq-id``. A broker may add headers on the way (RabbitMQ's
+body and the sidecar's own ``x-acemq-id`` (compared as the bytes it is written as: a float
+NaN is not equal to itself, its bytes are). A broker may add headers on the way (RabbitMQ's
 message interceptors stamp a timestamp or the routing node), so the content header's bytes
 only break a tie; then, as RabbitMQ returns in publish order on a channel and before the
 confirm, the earliest unconfirmed candidate is the one. A body that was passed through
 (``through``: its size) is not held to compare: its return is matched by its size.
+
+A return that matches no publish in flight cannot be told from any of them, so its
+confirm could settle the very publish that did not route: ``fail`` then fails every
+unconfirmed publish at once (their deliveries are given back, never acked without a copy),
+and the confirms that follow for them find nothing to settle.
 """
 
 from __future__ import annotations
@@ -17,8 +23,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final, TypeAlias
 
 from sidecar.contract import ID
-from sidecar.errors import ChannelClosedError, ChannelLostError, MissingEntityError
-from sidecar.wire import PublishOutcome
+from sidecar.errors import ChannelClosedError, ChannelLostError, MissingEntityError, WireError
+from sidecar.wire import PublishOutcome, encode_table
 
 if TYPE_CHECKING:
     import asyncio
@@ -148,7 +154,7 @@ class Confirms:
         candidates alike in all of that are the same message to the relay.
         """
         headers = header.headers
-        returned_id = headers.get(ID) if isinstance(headers, dict) else None
+        returned_id = _id_bytes(headers.get(ID) if isinstance(headers, dict) else None)
         candidates = [
             publish
             for publish in self._unconfirmed.values()
@@ -160,7 +166,7 @@ class Confirms:
                 if body is None
                 else not publish.through and publish.body == body
             )
-            and publish.acemq_id == returned_id
+            and _id_bytes(publish.acemq_id) == returned_id
         ]
         if not candidates:
             return False
@@ -185,6 +191,21 @@ class Confirms:
         unconfirmed, self._unconfirmed = self._unconfirmed, {}
         for publish in unconfirmed.values():
             publish.settled(_publish_error(error, publish.exchange))
+
+
+def _id_bytes(value: object) -> bytes | None:
+    """Return the bytes an ``x-acemq-id`` value is written as; None for none.
+
+    Equal bytes are the same id on the wire, whatever ``==`` says of the decoded values (a
+    float NaN, a ``Decimal`` at another scale). A value that cannot be written compares by
+    its class and ``repr``: it was never sent, so it matches no return.
+    """
+    if value is None:
+        return None
+    try:
+        return encode_table({ID: value})  # type: ignore[dict-item]
+    except WireError:
+        return f"{type(value).__qualname__}:{value!r}".encode()
 
 
 def _resolve(future: asyncio.Future[PublishOutcome]) -> Settled:

@@ -11,8 +11,8 @@ from each content header on. A delivery whose body is over the consumer's
 ``max_body_bytes`` is handed over at its header with its body passing through
 (:mod:`sidecar.amqp.stream`; ``passing_body`` gives the stream to the publish that takes
 it): not held, not counted. A return marks the publish it is for
-(:class:`~sidecar.amqp.confirms.Confirms`); one that matches none closes the channel, so
-that every unconfirmed publish is redelivered. The return of a body that was published
+(:class:`~sidecar.amqp.confirms.Confirms`); one that matches none fails every unconfirmed
+publish at once and closes the channel. The return of a body that was published
 passing through is not held either: its frames are dropped as they come.
 """
 
@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from sidecar.amqp.content import Content, ContentReader, delivery_of
 from sidecar.amqp.lifecycle import ChannelState
+from sidecar.errors import ChannelLostError
 from sidecar.wire import BasicDeliver, BasicReturn, UnreadBody
 
 if TYPE_CHECKING:
@@ -192,17 +193,25 @@ class Inbound:
     def _on_return(self, content: Content, method: BasicReturn) -> None:
         """Mark the publish a return is for, which is still unconfirmed (its confirm follows).
 
-        One that matches nothing cannot be told from the publishes still in flight: the
-        channel is closed, so none of them is acked and the broker redelivers them all
-        (duplicates, never a loss).
+        One that matches nothing cannot be told from the publishes still in flight: each of
+        them fails here and now, before the confirm that follows in the same read could
+        settle one, and the channel is closed. None of their deliveries is acked: each is
+        published again or redelivered (duplicates, never a loss).
         """
         body = None if content.stream is not None else content.body
         if self._confirms.mark_returned(method, content.header, body):
             return
+        number = self._channel.number
         log.warning(
-            "channel %d: a returned message matches no publish in flight; closing the channel"
-            " so that every unconfirmed one is redelivered",
-            self._channel.number,
+            "channel %d: a returned message matches no publish in flight; failing every"
+            " unconfirmed publish and closing the channel",
+            number,
+        )
+        self._confirms.fail(
+            ChannelLostError(
+                f"channel {number}: a returned message matched no publish in flight, so no"
+                " unconfirmed publish of the channel can be taken as confirmed"
+            )
         )
         self._spawn(self._channel.close())
 

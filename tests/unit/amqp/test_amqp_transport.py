@@ -456,3 +456,67 @@ async def test_after_the_brokers_cancel_in_flight_publishes_and_acks_still_compl
         assert server.methods("Basic.Cancel") == []
         await channel.close()
         await connection.close()
+
+
+# --- a return that matches no publish fails every publish in flight ------------------------
+
+
+def return_changed_then_ack(changed: dict[str, Any]) -> Any:
+    """Return every publish with ``changed`` over its parts (a body, headers), then ack it.
+
+    The broker's own confirm follows the return, as RabbitMQ sends them; a plugin or an
+    interceptor changing a compared part makes the return match nothing in flight.
+    """
+
+    def answer(channel: int, tag: int, method: Any, header: Any, body: bytes) -> list[Any]:
+        headers = dict(header.properties.headers or {}) | changed.get("headers", {})
+        properties = spec.Basic.Properties(message_id=header.properties.message_id, headers=headers)
+        back = spec.Basic.Return(312, "NO_ROUTE", method.exchange, method.routing_key)
+        content = changed.get("body", body)
+        return [
+            (channel, back),
+            (channel, ("content", properties, content)),
+            (channel, spec.Basic.Ack(delivery_tag=tag)),
+        ]
+
+    return answer
+
+
+@pytest.mark.parametrize(
+    "changed",
+    [{"body": b"changed on the way"}, {"headers": {ID: "another-id"}}],
+    ids=["body", "id"],
+)
+async def test_a_return_that_matches_no_publish_fails_the_publish_its_confirm_never_settles(
+    changed: dict[str, Any],
+) -> None:
+    """The confirm after an unmatched return must not settle its publish as confirmed.
+
+    Which publish came back cannot be told, so every unconfirmed one of the channel fails
+    (its delivery is given back, never acked without a copy) and the channel closes.
+    """
+    async with ScriptedBroker() as server:
+        server.on_publish = content_aware(server, return_changed_then_ack(changed))
+        connection = await connected(server.url())
+        channel, _ = await consuming(connection)
+        copy = publishing(channel, b"same", {ID: "id-1"})
+        async with asyncio.timeout(BOUND_S):
+            outcome = await asyncio.gather(copy, return_exceptions=True)
+        assert isinstance(outcome[0], ChannelLostError), outcome
+        assert "matched no publish" in str(outcome[0])
+        async with asyncio.timeout(BOUND_S):
+            await server.wait_for("Channel.Close")
+        await connection.close()
+
+
+async def test_a_return_with_a_nan_id_matches_its_publish_by_the_ids_encoded_bytes() -> None:
+    """A float NaN is never equal to itself: the id is compared as the bytes it was sent as."""
+    async with ScriptedBroker() as server:
+        server.on_publish = content_aware(server, return_changed_then_ack({}))
+        connection = await connected(server.url())
+        channel, _ = await consuming(connection)
+        copy = publishing(channel, b"same", {ID: float("nan")})
+        async with asyncio.timeout(BOUND_S):
+            assert await copy == PublishOutcome.RETURNED
+        assert channel.is_open
+        await connection.close()
