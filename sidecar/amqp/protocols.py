@@ -106,6 +106,10 @@ class AckChannel(Protocol):
         """Close the channel; what is unacked goes back to its queue."""
         ...
 
+    async def wait_closed(self) -> str:
+        """Return why, once the channel closes or the broker cancels the consumer."""
+        ...
+
 
 @runtime_checkable
 class Consumer(Protocol):

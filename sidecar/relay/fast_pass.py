@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from sidecar.relay.lane import PublishLane, Shared
     from sidecar.relay.sink import RouteSink
     from sidecar.relay.state import HeldDelivery
+    from sidecar.relay.unblock_line import Ticket, UnblockLine
     from sidecar.routemap import Route
     from sidecar.settle import Answer, HoldLimits, Step
     from sidecar.wire import Delivery
@@ -83,13 +84,25 @@ def answer_of_error(error: BaseException, *, gone: bool) -> Answer:
     raise error
 
 
-def not_now(consumer: AckChannel, connection: RelayConnection | None) -> Answer | None:
-    """Return the answer for a publish that must not be written now; None: publish it."""
+def not_now(
+    consumer: AckChannel,
+    connection: RelayConnection | None,
+    line: UnblockLine,
+    *,
+    ticket: Ticket | None = None,
+) -> Answer | None:
+    """Return the answer for a publish that must not be written now; None: publish it.
+
+    A copy goes behind those in the broker's unblock line unless it holds a ``ticket`` of
+    that line (its turn came), when only a new block stops it.
+    """
     if not consumer.is_open:
         return Lost(gone=True, error="the channel it came on is closing")
-    if connection is not None and (reason := connection.blocked_reason) is not None:
-        return Blocked(reason)
-    return None
+    if ticket is None:
+        reason = line.blocked(connection)
+    else:
+        reason = connection.blocked_reason if connection is not None else None
+    return None if reason is None else Blocked(reason)
 
 
 class SlowPath(Protocol):
@@ -121,10 +134,12 @@ class FastPass:
         *,
         sink: RouteSink,
         stop: asyncio.Event,
+        line: UnblockLine,
         limit_s: float,
         sweep_s: float = SWEEP_S,
     ) -> None:
         self.slow = slow
+        self._line = line
         self._sweep_s = sweep_s
         self.sink = sink
         self._stop = stop
@@ -155,7 +170,11 @@ class FastPass:
         if not isinstance(action, Publish) or action.alone or lane is None:
             return False
         plan = action.plan
-        if not isinstance(plan, Copy) or self.queued or not_now(consumer, self._connection):
+        if (
+            not isinstance(plan, Copy)
+            or self.queued
+            or not_now(consumer, self._connection, self._line)
+        ):
             return False
         shared = lane.shared_now()
         if shared is None:

@@ -12,6 +12,7 @@ broker confirmed its normalised copy, or its quarantine copy.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING, Any, assert_never
 
@@ -22,6 +23,7 @@ from sidecar.relay.fast_pass import FastPass, Queued, answer_of_error, delay_s_f
 from sidecar.relay.publisher import CONFIRM_TIMEOUT_S, PlanPublisher
 from sidecar.relay.rounds import PassingRounds, held_for
 from sidecar.relay.sink import RouteSink
+from sidecar.relay.unblock_line import Ticket, UnblockLine
 from sidecar.relay.waits import first_of, sleep_unless
 from sidecar.routemap import Mode
 from sidecar.settle import (
@@ -45,7 +47,6 @@ from sidecar.settle import (
 )
 
 if TYPE_CHECKING:
-    import asyncio
     from collections.abc import Coroutine
 
     from sidecar.amqp import AckChannel, BodyStream, RelayConnection
@@ -92,7 +93,10 @@ class Settler:
         self._sink = RouteSink.of(context, route_log=log, state=state)
         self._publisher = PlanPublisher(context)
         self._rounds = PassingRounds()  # of the bodies passed through, given back
-        self._fast = FastPass(self, sink=self._sink, stop=stop, limit_s=CONFIRM_TIMEOUT_S)
+        self._line = UnblockLine()  # copies waiting for the broker's unblock, in order
+        self._fast = FastPass(
+            self, sink=self._sink, stop=stop, line=self._line, limit_s=CONFIRM_TIMEOUT_S
+        )
         self._lane: PublishLane | None = None
         self._connection: RelayConnection | None = None
 
@@ -177,57 +181,85 @@ class Settler:
     ) -> None:
         """Carry out each action of the settle step, from ``step`` to the last one."""
         route = self.route
-        while True:
-            action = step.action
-            match action:
-                case Publish():
-                    answer = await publish_answer(
-                        self._publisher,
-                        lane,
-                        delivery,
-                        action,
-                        held,
-                        consumer=consumer,
-                        stop=self._stop,
-                        connection=self._connection,
-                        stream=stream,
-                    )
-                    if queued is not None and not isinstance(answer, Blocked):
-                        queued()  # published: later copies may take the fast pass again
-                    attempt = step.attempt
-                    held_s, holds = held_for(
-                        self._rounds,
-                        delivery,
-                        answer,
-                        attempt,
-                        started=started,
-                        now=self.monotonic(),
-                        stream=stream,
-                    )
-                    step = after(
-                        attempt,
-                        answer,
-                        held_s=held_s,
-                        delay_s=delay_s_for(answer, holds, self.rng),
-                        limits=self.limits,
-                        exchange=route.exchange,
-                        quarantine_exchange=self.quarantine_exchange,
-                        route=route.name,
-                    )
-                case Wait(delay_s=wait_s, then=then):
-                    await sleep_unless(self._stop, wait_s)
-                    if self._stop.is_set() or not consumer.is_open:
-                        return  # the broker redelivers it
-                    step = then
-                case WaitUnblocked(then=then):
-                    if not await _unblocked(self._connection, self._stop):
-                        return  # stopping while blocked: the broker redelivers it
-                    step = then
-                case _:
-                    await self._finish(consumer, delivery, held, action, started=started)
-                    return
-            if step.events:
-                self._sink.observe(step.events, delivery, held)
+        ticket: Ticket | None = None  # its place in the unblock line, once its turn came
+        try:
+            while True:
+                action = step.action
+                match action:
+                    case Publish():
+                        answer = await publish_answer(
+                            self._publisher,
+                            lane,
+                            delivery,
+                            action,
+                            held,
+                            consumer=consumer,
+                            stop=self._stop,
+                            connection=self._connection,
+                            line=self._line,
+                            ticket=ticket,
+                            stream=stream,
+                        )
+                        if not isinstance(answer, Blocked):
+                            ticket = None  # it left the line as its publish started
+                            if queued is not None:
+                                queued()  # published: later copies may take the fast pass
+                        attempt = step.attempt
+                        held_s, holds = held_for(
+                            self._rounds,
+                            delivery,
+                            answer,
+                            attempt,
+                            started=started,
+                            now=self.monotonic(),
+                            stream=stream,
+                        )
+                        step = after(
+                            attempt,
+                            answer,
+                            held_s=held_s,
+                            delay_s=delay_s_for(answer, holds, self.rng),
+                            limits=self.limits,
+                            exchange=route.exchange,
+                            quarantine_exchange=self.quarantine_exchange,
+                            route=route.name,
+                        )
+                    case Wait() | WaitUnblocked():
+                        then, ticket = await self._wait(consumer, action, ticket)
+                        if then is None:
+                            return  # the broker redelivers it
+                        step = then
+                    case _:
+                        await self._finish(consumer, delivery, held, action, started=started)
+                        return
+                if step.events:
+                    self._sink.observe(step.events, delivery, held)
+        finally:
+            if ticket is not None:  # it left without publishing
+                self._line.leave(ticket)
+
+    async def _wait(
+        self, consumer: AckChannel, action: Wait | WaitUnblocked, ticket: Ticket | None
+    ) -> tuple[Step | None, Ticket | None]:
+        """Wait as the step says; the step after, or None to let the delivery go.
+
+        A hold's delay, or the broker's block (in the route's unblock line: its ticket).
+        A stop ends either, and so does its channel's close (a consumer_timeout during an
+        alarm, say): the broker has the delivery back, its body is not kept waiting.
+        """
+        if isinstance(action, Wait):
+            await first_of(sleep_unless(self._stop, action.delay_s), _closed(consumer))
+            let_go = self._stop.is_set()
+        else:
+            connection = self._connection
+            assert connection is not None  # noqa: S101 - only a connection blocks
+            ticket = await self._line.wait(
+                connection, self._stop.wait(), _closed(consumer), ticket=ticket
+            )
+            let_go = ticket is None
+        if let_go or not consumer.is_open:
+            return None, ticket
+        return action.then, ticket
 
     async def _finish(
         self,
@@ -259,11 +291,15 @@ class Settler:
                 assert_never(action)
 
 
-async def _unblocked(connection: RelayConnection | None, stop: asyncio.Event) -> bool:
-    """Wait until the broker unblocks the connection; False when a stop comes first."""
-    assert connection is not None  # noqa: S101 - only a connection says Blocked
-    await first_of(connection.wait_unblocked(), stop.wait())
-    return not stop.is_set()
+async def _closed(consumer: AckChannel) -> None:
+    """Return once the channel a delivery came on is closed.
+
+    Not when the broker cancels its consumer (its queue deleted): the channel stays open and
+    what is in flight on it is still published and acked before the route closes it.
+    """
+    await consumer.wait_closed()
+    if consumer.is_open:
+        await asyncio.Future()  # cancelled with the wait it is part of
 
 
 def _limits_of(route: Route) -> HoldLimits:
@@ -298,6 +334,8 @@ async def publish_answer(
     consumer: AckChannel,
     stop: asyncio.Event,
     connection: RelayConnection | None,
+    line: UnblockLine,
+    ticket: Ticket | None = None,
     stream: BodyStream | None = None,
 ) -> Answer:
     """Publish once; return the broker's answer. Every exception of a publish ends here.
@@ -307,10 +345,15 @@ async def publish_answer(
     ``connection`` is blocked (a copy written then would sit in the socket and might reach
     the broker after a SIGTERM gave its delivery back). A missing entity is the route's,
     not the delivery's: it goes up to pause the route. ``stream``: the delivery's body,
-    passing through.
+    passing through. Copies waiting in ``line`` for the broker's unblock go first: one with
+    the line's ``ticket`` leaves the line as its publish starts.
     """
-    if (not_yet := not_now(consumer, connection)) is not None:
+    if (not_yet := not_now(consumer, connection, line, ticket=ticket)) is not None:
+        if ticket is not None and not isinstance(not_yet, Blocked):
+            line.leave(ticket)
         return not_yet
+    if ticket is not None:
+        line.leave(ticket)
     try:
         published = await publisher.publish(
             lane, delivery, publish.plan, held, alone=publish.alone, stream=stream

@@ -23,6 +23,7 @@ from sidecar.relay.lane import PublishLane
 from sidecar.relay.publisher import PlanPublisher
 from sidecar.relay.settler import publish_answer
 from sidecar.relay.state import HeldDelivery, RouteState
+from sidecar.relay.unblock_line import UnblockLine
 from sidecar.settle.answers import (
     Answer,
     Failed,
@@ -73,6 +74,7 @@ class Rig:
             consumer=self.broker.consumer(),
             stop=self.stop,
             connection=self.connection,
+            line=UnblockLine(),
         )
 
 

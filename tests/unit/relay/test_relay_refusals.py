@@ -323,3 +323,58 @@ async def test_a_stop_during_a_hold_lets_go_and_counts_no_retried_copy(
     assert rig.sample("acemq_sidecar_retried_copies_total") == 0
     assert rig.state.held == 0
     assert rig.state.in_flight == 0
+
+
+async def test_a_copy_waiting_for_an_unblock_is_not_overtaken_by_a_later_delivery(
+    fake_time: list[float],
+) -> None:
+    """A delivery that arrives between the unblock and the waiting copy's wake-up goes after it.
+
+    m-1 is published; m-2 waits while the broker blocks; m-3 arrives in the turns of the loop
+    between the unblock and m-2's wake-up. The copies leave in the order the deliveries came.
+    """
+    rig = make_rig(fake_time, [])
+    consumer = rig.broker.consumer()
+    await rig.settle(consumer, delivery(1, {**CANONICAL, "x-acemq-id": "m-1"}))
+    rig.connection.block("low on memory")
+    second = rig.settler.offer(consumer, delivery(2, {**CANONICAL, "x-acemq-id": "m-2"}))
+    assert second is not None
+    waiting = asyncio.create_task(second)
+    for _ in range(20):
+        await asyncio.sleep(0)
+    rig.connection.unblock()
+    third = rig.settler.offer(consumer, delivery(3, {**CANONICAL, "x-acemq-id": "m-3"}))
+    later = asyncio.create_task(third) if third is not None else None
+    await asyncio.wait_for(asyncio.gather(waiting, *([later] if later else [])), 5)
+    await asyncio.wait_for(rig.state.idle.wait(), 5)
+    assert [headers["x-acemq-id"] for headers in rig.broker.headers] == ["m-1", "m-2", "m-3"]
+    assert sorted(consumer.acked) == [1, 2, 3]
+
+
+@pytest.mark.parametrize("blocked", [True, False], ids=["blocked", "held"])
+async def test_a_delivery_waiting_lets_go_when_its_channel_closes(
+    fake_time: list[float], monkeypatch: pytest.MonkeyPatch, *, blocked: bool
+) -> None:
+    """The broker took the delivery back (its consumer_timeout): its body is not kept waiting.
+
+    A delivery waits for an unblock or a hold's delay; its consumer channel closes meanwhile.
+    It is let go at once (the broker redelivers it), not when the wait ends.
+    """
+    rig = make_rig(fake_time, [PublishOutcome.NACKED], blocked="low on memory" if blocked else None)
+    never = asyncio.Event()
+
+    async def held_for_long(stop: asyncio.Event, delay_s: float) -> None:
+        del stop, delay_s
+        await never.wait()
+
+    monkeypatch.setattr(settler_module, "sleep_unless", held_for_long)
+    consumer = rig.broker.consumer()
+    task = asyncio.create_task(rig.settle(consumer))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert rig.state.in_flight == 1
+    await consumer.close()
+    await asyncio.wait_for(task, 5)
+    assert rig.state.in_flight == 0
+    assert consumer.acked == []
+    assert rig.broker.published == ([] if blocked else [(1, "orders")])
