@@ -72,19 +72,22 @@ class AckGate:
         """
         self._since, self.holding = self._last_tag + 1, 0
 
-    async def until_full(self, window: int, *, idle_s: float) -> bool:
+    async def until_full(self, window: int, *, idle_s: float, bound_s: float) -> bool:
         """Return True once the consumer holds ``window`` deliveries unsettled, acks held.
 
         Acks (and rejects) wait from then until ``release``. The consumer need not fill by
         itself (a quorum queue applies acks a little later than they are made), so acks
         wait while it fills, once it is half full or holds its byte budget (the signs of a
-        backlog), for as long as deliveries keep coming. False, acks let go, when none came
-        for ``idle_s``: no backlog, and nothing needs a new window yet. True then too if the
-        consumer holds its byte budget: the connection reads none of its deliveries until
-        an ack, and the broker has had ``idle_s`` to send what its credit allowed, which
-        waits unread (on the channel, not on its way).
+        backlog), while deliveries keep coming, for ``bound_s`` at most. False, acks let
+        go, when none came for ``idle_s`` (no backlog, and nothing needs a new window yet)
+        or when a trickle did not fill it within ``bound_s`` (a delivery held longer could
+        meet a short consumer_timeout). True then too if the consumer holds its byte
+        budget: the connection reads none of its deliveries until an ack, and the broker
+        has had ``idle_s`` to send what its credit allowed, which waits unread (on the
+        channel, not on its way).
         """
         half = max(1, window // 2)
+        loop = asyncio.get_running_loop()
         try:
             if self.holding >= half or not self._has_room():
                 self.opened.clear()
@@ -94,8 +97,9 @@ class AckGate:
                 self._close_at = half
                 while self.opened.is_set():
                     await self._next_delivery()
+            end = loop.time() + bound_s  # acks are held from here
             while self.holding < window:
-                async with asyncio.timeout(idle_s):
+                async with asyncio.timeout(min(idle_s, end - loop.time())):
                     await self._next_delivery()
         except TimeoutError:
             if not self._has_room():

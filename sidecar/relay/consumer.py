@@ -2,12 +2,13 @@
 
 Owns the consumer as it is now (its tag, its window, what it holds) and the re-consume on
 the same channel, in this order: hold acks until the consumer holds its whole window, or
-what its byte budget lets the connection read with no delivery for ``FILL_IDLE_S``
-(``relay.ack_gate``: then nothing is on its way to it, which a quorum queue would return
-and count against its delivery limit); ``basic.cancel``, acks going again once it is
-written; wait for room (``settle.window.refill``); then ``basic.qos`` and
-``basic.consume`` under ``acemq-sidecar.<route>#<n>``. The old consumer's deliveries are
-settled as any other. A single-active-consumer route never re-consumes.
+what its byte budget lets the connection read with no delivery for ``FILL_IDLE_S``, for
+``FILL_BOUND_S`` at most (``relay.ack_gate``: then nothing is on its way to it, which a
+quorum queue would return and count against its delivery limit); ``basic.cancel``, acks
+going again once it is written; wait for room (``settle.window.refill``); then
+``basic.qos`` and ``basic.consume`` under ``acemq-sidecar.<route>#<n>``. The old
+consumer's deliveries are settled as any other. A single-active-consumer route never
+re-consumes.
 
 Must not decide the window (``settle.window`` does) or requeue a delivery.
 Why: docs/decisions/0003-byte-budget-window.md, 0041-reconsume-under-backpressure.md.
@@ -43,6 +44,10 @@ RECONSUME_TIMEOUT_S = 10.0
 # While acks wait for a consumer to fill its window before a cancel: with no delivery for
 # this long there is no backlog to fill it (with one, the broker sends within a round trip).
 FILL_IDLE_S = 0.5
+# And for this long at most in all: a trickle of deliveries, each within FILL_IDLE_S of the
+# last, does not fill a large window (512 at one every 0.49 s: over four minutes), and acks
+# held that long could meet a short consumer_timeout. A backlog fills one in milliseconds.
+FILL_BOUND_S = 2.0
 # How long a new consumer waits for what the old one left in flight to make room for its
 # whole window; past it, it starts with what fits (deliveries held for the broker can take
 # minutes to settle, and the route would consume nothing meanwhile).
@@ -293,7 +298,7 @@ class RouteConsumer:
         """Move to a new consumer on the channel (the module's steps); why not, if it failed."""
         window, channel, gate = self._window, self._channel, self._gate
         old, old_tag = window.current, self.consumer_tag
-        if not await gate.until_full(old, idle_s=FILL_IDLE_S):  # acks wait from then on
+        if not await gate.until_full(old, idle_s=FILL_IDLE_S, bound_s=FILL_BOUND_S):
             # Try again at a later delivery's header (not at once: nothing to fill now).
             window.wanted.clear()
             return None

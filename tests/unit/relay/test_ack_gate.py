@@ -49,7 +49,7 @@ def test_a_late_lower_tag_does_not_move_the_next_consumers_start() -> None:
 
 async def test_until_full_closes_the_gate_at_half_and_returns_once_full() -> None:
     gate = AckGate()
-    filling = asyncio.create_task(gate.until_full(4, idle_s=BOUND_S))
+    filling = asyncio.create_task(gate.until_full(4, idle_s=BOUND_S, bound_s=BOUND_S))
     await _turns()
     gate.delivered(1)
     assert gate.opened.is_set()  # 1 of 4: not half full, acks still go
@@ -71,7 +71,9 @@ async def test_until_full_closes_at_once_when_already_half_full() -> None:
     gate = AckGate()
     for tag in (1, 2, 3, 4):
         gate.delivered(tag)
-    assert await asyncio.wait_for(gate.until_full(4, idle_s=BOUND_S), BOUND_S) is True
+    assert (
+        await asyncio.wait_for(gate.until_full(4, idle_s=BOUND_S, bound_s=BOUND_S), BOUND_S) is True
+    )
     assert not gate.opened.is_set()
 
 
@@ -79,7 +81,9 @@ async def test_until_full_gives_up_and_opens_when_deliveries_stop() -> None:
     gate = AckGate()
     for tag in (1, 2):
         gate.delivered(tag)
-    assert await asyncio.wait_for(gate.until_full(4, idle_s=0.01), BOUND_S) is False
+    assert (
+        await asyncio.wait_for(gate.until_full(4, idle_s=0.01, bound_s=BOUND_S), BOUND_S) is False
+    )
     assert gate.opened.is_set()
     gate.delivered(3)  # no half-full mark left behind: later deliveries close nothing
     gate.delivered(4)
@@ -89,7 +93,7 @@ async def test_until_full_gives_up_and_opens_when_deliveries_stop() -> None:
 async def test_a_cancelled_wait_opens_the_gate() -> None:
     gate = AckGate()
     gate.delivered(1)
-    filling = asyncio.create_task(gate.until_full(2, idle_s=BOUND_S))
+    filling = asyncio.create_task(gate.until_full(2, idle_s=BOUND_S, bound_s=BOUND_S))
     await _turns()
     assert not gate.opened.is_set()  # half of 2 is held: closed at once
     filling.cancel()
@@ -100,7 +104,7 @@ async def test_a_cancelled_wait_opens_the_gate() -> None:
 
 async def test_a_wait_cancelled_before_half_full_leaves_no_mark() -> None:
     gate = AckGate()
-    filling = asyncio.create_task(gate.until_full(4, idle_s=BOUND_S))
+    filling = asyncio.create_task(gate.until_full(4, idle_s=BOUND_S, bound_s=BOUND_S))
     await _turns()
     filling.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -151,7 +155,7 @@ async def test_a_consumer_whose_budget_stops_the_reading_closes_the_gate_before_
     """
     room = [True]
     gate = AckGate(lambda: room[0])
-    filling = asyncio.create_task(gate.until_full(8, idle_s=0.01))
+    filling = asyncio.create_task(gate.until_full(8, idle_s=0.01, bound_s=BOUND_S))
     await _turns()
     gate.delivered(1)
     gate.delivered(2)
@@ -168,7 +172,28 @@ async def test_a_consumer_whose_budget_stops_the_reading_closes_the_gate_before_
 async def test_until_full_closes_at_once_when_the_budget_already_stops_the_reading() -> None:
     gate = AckGate(lambda: False)
     gate.delivered(1)
-    filling = asyncio.create_task(gate.until_full(16, idle_s=0.01))
+    filling = asyncio.create_task(gate.until_full(16, idle_s=0.01, bound_s=BOUND_S))
     await _turns()
     assert not gate.opened.is_set()
     assert await asyncio.wait_for(filling, BOUND_S) is True
+
+
+async def test_a_trickle_holds_acks_no_longer_than_the_bound() -> None:
+    """Deliveries that keep coming, each within ``idle_s``, never fill a large window.
+
+    Acks are held from half full; past ``bound_s`` the fill is given up and they go, so a
+    short consumer_timeout never sees a delivery held for the whole trickle.
+    """
+    gate = AckGate()
+    for tag in range(1, 4):
+        gate.delivered(tag)
+    filling = asyncio.create_task(gate.until_full(100, idle_s=0.2, bound_s=0.3))
+    tag = 3
+    async with asyncio.timeout(BOUND_S):
+        while not filling.done():
+            await asyncio.sleep(0.02)
+            tag += 1
+            gate.delivered(tag)
+    assert filling.result() is False
+    assert gate.opened.is_set()
+    assert tag < 100
