@@ -194,7 +194,7 @@ async def test_workers_still_draining_after_the_grace_and_slack_are_cancelled(
                 await all_consuming(broker, 1)
             left = loop.time()
         took = loop.time() - left
-    assert 0.1 <= took < 2.0, took
+    assert 0.1 <= took < 10.0, took  # the grace and slack, not the broker's silence (for ever)
     assert "did not finish within the shutdown grace" in caplog.text
     assert rig.fleet.pause_reasons() == {}
 
