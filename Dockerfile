@@ -23,8 +23,9 @@ ENV PIP_NO_CACHE_DIR=1 \
 WORKDIR /src
 # Everything the image installs is pinned with hashes in requirements/ (regenerate with
 # the commands in docs/kubernetes.md, "The image"): the build backend and the compiler
-# for this stage, the dependencies for the runtime environment.
-COPY requirements/image-build.txt requirements/image.txt requirements/image-compile.txt ./requirements/
+# for this stage here, the dependencies of the runtime environment after them, so that a
+# bump of requirements/image.txt reuses the compiler's layer.
+COPY requirements/image-build.txt requirements/image-compile.txt ./requirements/
 # The tools of this stage, before any source: a code change reuses these layers. gcc is
 # the base image's Debian release's, not pinned further (its old versions leave the
 # mirror); mypy (mypyc) and setuptools come from requirements/image-compile.txt, the
@@ -38,6 +39,7 @@ RUN apt-get update \
 # The environment is made without pip; this stage's pip installs the locked dependencies
 # into it, hash-checked. Every dependency ships binary wheels for CPython 3.11 on amd64
 # and arm64; pip compiles the .pyc files here, at build time.
+COPY requirements/image.txt ./requirements/
 RUN python -m venv --without-pip /opt/acemq-sidecar \
  && pip --python /opt/acemq-sidecar/bin/python install --no-cache-dir --require-hashes \
       -r requirements/image.txt
@@ -59,10 +61,19 @@ RUN ACEMQ_SIDECAR_PURE=1 pip wheel --no-cache-dir --no-deps --no-build-isolation
  && /opt/acemq-sidecar/bin/acemq-sidecar --help >/dev/null
 
 FROM ${PYTHON_IMAGE}
+# What a CI passes: --build-arg VERSION=<the release> (a test keeps this default equal to
+# pyproject.toml's version), REVISION=$(git rev-parse HEAD), CREATED=<RFC 3339 time of
+# the build> and SOURCE=<the repository's URL>, for the OCI labels below.
 ARG VERSION=0.1.0
+ARG REVISION=""
+ARG CREATED=""
+ARG SOURCE=""
 LABEL org.opencontainers.image.title="acemq-sidecar" \
       org.opencontainers.image.description="Enforces the AceMQ envelope wire contract between applications and RabbitMQ." \
       org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.created="${CREATED}" \
+      org.opencontainers.image.source="${SOURCE}" \
       org.opencontainers.image.licenses="Apache-2.0"
 # No .pyc writes at run time (they were compiled at build time), unbuffered logs.
 ENV PYTHONDONTWRITEBYTECODE=1 \

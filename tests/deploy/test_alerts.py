@@ -390,3 +390,144 @@ def test_target_absent_is_quiet_when_no_pod_need_run(tmp_path: Path) -> None:
     (tmp_path / "tests.yaml").write_text(yaml.safe_dump(tests, sort_keys=False), encoding="utf-8")
     result = _run("test", "rules", "tests.yaml", cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# --- routing: per-alert labels and annotations, more rules, the rules' namespace ----------
+
+
+def _rendered_rule(changes: dict[str, Any]) -> dict[str, Any]:
+    values = read_values(FULL_VALUES)
+    alerts = values["prometheusRule"]["alerts"]
+    for name, alert in changes.pop("alerts", {}).items():
+        alerts[name] = alerts.get(name, {}) | alert
+    values["prometheusRule"] = values["prometheusRule"] | changes
+    body: dict[str, Any] = only(render(values), "PrometheusRule").body
+    return body
+
+
+def test_each_alert_takes_labels_and_annotations_of_its_own() -> None:
+    alerts = {
+        "drift": {"labels": {"team": "payments", "severity": "ticket"}},
+        "routeDown": {
+            "annotations": {"dashboard": "https://grafana.example.com/d/acemq", "summary": "Mine"}
+        },
+    }
+    rule = _rendered_rule({"alerts": alerts})
+    by_alert = _rules_by_alert({"groups": rule["spec"]["groups"]})
+    drift = by_alert["AcemqSidecarContractDrift"]
+    assert drift["labels"] == {"team": "payments", "severity": "ticket"}
+    route_down = by_alert["AcemqSidecarRouteDown"]
+    assert route_down["labels"] == {"severity": "page"}  # ci/full-values.yaml's
+    assert route_down["annotations"]["dashboard"] == "https://grafana.example.com/d/acemq"
+    assert route_down["annotations"]["summary"] == "Mine"
+    assert route_down["annotations"]["runbook_url"].endswith("#acemqsidecarroutedown")
+    assert "team" not in by_alert["AcemqSidecarQuarantining"]["labels"]
+
+
+def test_additional_rules_join_the_group_and_promtool_accepts_them(tmp_path: Path) -> None:
+    extra = [
+        {
+            "record": "acemq:relayed:rate5m",
+            "expr": (
+                "sum by (namespace, route)"
+                ' (rate(acemq_sidecar_messages_total{outcome="relayed"}[5m]))'
+            ),
+        },
+        {
+            "alert": "AcemqRelayStalled",
+            "expr": "acemq:relayed:rate5m == 0",
+            "for": "30m",
+            "labels": {"severity": "warning"},
+        },
+    ]
+    rule = _rendered_rule({"additionalRules": extra})
+    [group] = rule["spec"]["groups"]
+    assert group["rules"][-2:] == extra
+    rules = {"groups": rule["spec"]["groups"]}
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rules, sort_keys=False), encoding="utf-8")
+    result = _run("check", "rules", "rules.yaml", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_rules_go_where_prometheus_reads_them_and_still_select_the_release() -> None:
+    rule = _rendered_rule({"namespace": "monitoring"})
+    assert rule["metadata"]["namespace"] == "monitoring"
+    for alert in rule["spec"]["groups"][0]["rules"]:
+        assert f'namespace="{NAMESPACE}"' in alert["expr"], alert["alert"]
+    assert _rendered_rule({})["metadata"]["namespace"] == NAMESPACE
+
+
+def test_target_absent_summary_has_no_literal_quotes() -> None:
+    rule = _rendered_rule({})
+    by_alert = _rules_by_alert({"groups": rule["spec"]["groups"]})
+    annotations = by_alert["AcemqSidecarTargetAbsent"]["annotations"]
+    assert annotations["summary"] == f"No sidecar of acemq-relay in {NAMESPACE} is scraped"
+    for alert in by_alert.values():
+        for key, text in alert["annotations"].items():
+            assert not text.startswith(("'", '"')), (alert["alert"], key, text)
+
+
+# --- rate thresholds: drift and quarantine fire only at minRate a second over window ------
+
+RATE_THRESHOLD = [
+    Scenario(
+        "threshold: one violation a minute stays under 0.1/s",
+        {_series(VIOLATIONS, route="orders", kind="app_reserved", header="x"): "0x5 0+1x30"},
+        [Expect(20, "AcemqSidecarContractDrift")],
+    ),
+    Scenario(
+        "threshold: one violation counted before the first scrape is quiet",
+        {_series(VIOLATIONS, route="orders", kind="legacy_name", header="x"): "2x20"},
+        [Expect(3, "AcemqSidecarContractDrift")],
+    ),
+    Scenario(
+        "threshold: 12 violations a minute on two pods (0.2/s) fire after `for`",
+        {
+            _series(VIOLATIONS, pod=pod, route="orders", kind="app_reserved", header="x"): (
+                "0x5 0+6x30"
+            )
+            for pod in PODS[:2]
+        },
+        [
+            Expect(8, "AcemqSidecarContractDrift"),
+            Expect(
+                20,
+                "AcemqSidecarContractDrift",
+                [{"namespace": NAMESPACE, "route": "orders", "kind": "app_reserved"}],
+            ),
+        ],
+    ),
+    Scenario(
+        "threshold: a trickle of quarantined messages is quiet",
+        {_series(MESSAGES, route="orders", outcome="quarantined"): "0x5 0+2x30"},
+        [Expect(20, "AcemqSidecarQuarantining")],
+    ),
+    Scenario(
+        "threshold: a burst of quarantined messages fires",
+        {_series(MESSAGES, route="orders", outcome="quarantined"): "0x5 0+30x30"},
+        [
+            Expect(8, "AcemqSidecarQuarantining"),
+            Expect(20, "AcemqSidecarQuarantining", [{"namespace": NAMESPACE, "route": "orders"}]),
+        ],
+    ),
+]
+
+
+def test_rate_thresholds_hold_drift_and_quarantine_back(tmp_path: Path) -> None:
+    """minRate 0.1/s over 10m with for 5m: a trickle is quiet, a flood fires once it held."""
+    threshold = {"minRate": 0.1, "window": "10m", "for": "5m"}
+    values = read_values(FULL_VALUES)
+    values["prometheusRule"]["alerts"] = values["prometheusRule"]["alerts"] | {
+        "drift": threshold,
+        "quarantine": threshold,
+    }
+    spec = only(render(values), "PrometheusRule").body["spec"]
+    rules = {"groups": spec["groups"]}
+    by_alert = _rules_by_alert(rules)
+    assert "[10m]" in by_alert["AcemqSidecarContractDrift"]["expr"]
+    assert by_alert["AcemqSidecarQuarantining"]["expr"].endswith("> 0.1")
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rules, sort_keys=False), encoding="utf-8")
+    tests = _unit_tests(rules, RATE_THRESHOLD)
+    (tmp_path / "tests.yaml").write_text(yaml.safe_dump(tests, sort_keys=False), encoding="utf-8")
+    result = _run("test", "rules", "tests.yaml", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr

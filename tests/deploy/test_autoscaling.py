@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import helm_python
 import jsonschema  # type: ignore[import-untyped]  # no stubs in the test extra
 import kubernetes_validate
 import pytest
@@ -190,3 +191,65 @@ def test_notes_name_the_routes_that_gain_nothing_from_scale_out() -> None:
 def test_full_values_still_validate_with_keda_on() -> None:
     values = read_values(FULL_VALUES) | {"keda": {"enabled": True}}
     _validate(render(values))
+
+
+def _operator_values(**keda: Any) -> dict[str, Any]:
+    values = _values(keda={"enabled": True} | keda)
+    values["broker"] = {"urlSecret": {"name": ""}, "credentialsSecret": {"name": "rabbit-user"}}
+    return values
+
+
+def test_keda_over_http_counts_unacknowledged_messages() -> None:
+    """The management API counts ready and unacked: a scale-down waits for work in hand."""
+    manifests = render(_operator_values(protocol="http"))
+    _validate(manifests)
+    for trigger in only(manifests, "ScaledObject").body["spec"]["triggers"]:
+        assert trigger["metadata"]["protocol"] == "http"
+        assert trigger["metadata"]["excludeUnacknowledged"] == "false"
+    [container] = only(manifests, "Deployment").body["spec"]["template"]["spec"]["containers"]
+    env = {item["name"]: item for item in container["env"]}
+    assert env["ACEMQ_BROKER_ADDRESS"]["value"] == "http://$(ACEMQ_BROKER_HOST):15672/%2F"
+    auth = only(manifests, "TriggerAuthentication").body["spec"]
+    assert [ref["parameter"] for ref in auth["secretTargetRef"]] == ["username", "password"]
+    values = _operator_values(protocol="http", excludeUnacknowledged=True)
+    values["keda"]["management"] = {"scheme": "https", "port": 15671}
+    values["broker"]["address"] = {"host": "rabbit.messaging.svc"}
+    manifests = render(values)
+    _validate(manifests)
+    [trigger, _] = only(manifests, "ScaledObject").body["spec"]["triggers"]
+    assert trigger["metadata"]["excludeUnacknowledged"] == "true"
+    [container] = only(manifests, "Deployment").body["spec"]["template"]["spec"]["containers"]
+    env = {item["name"]: item for item in container["env"]}
+    assert env["ACEMQ_BROKER_ADDRESS"]["value"] == "https://rabbit.messaging.svc:15671/%2F"
+
+
+@pytest.mark.parametrize("kind", ["TriggerAuthentication", "ClusterTriggerAuthentication"])
+def test_keda_with_an_existing_trigger_authentication(kind: str) -> None:
+    """A scaler user of its own: the triggers name it, the chart renders no authentication."""
+    values = _values(
+        keda={
+            "enabled": True,
+            "protocol": "http",
+            "authenticationRef": {"name": "rabbitmq-scaler", "kind": kind},
+        }
+    )
+    manifests = render(values)
+    _validate(manifests)
+    assert "TriggerAuthentication" not in [m.kind for m in manifests]
+    for trigger in only(manifests, "ScaledObject").body["spec"]["triggers"]:
+        assert trigger["authenticationRef"] == {"name": "rabbitmq-scaler", "kind": kind}
+    [container] = only(manifests, "Deployment").body["spec"]["template"]["spec"]["containers"]
+    assert "ACEMQ_BROKER_ADDRESS" not in {item["name"] for item in container["env"]}
+
+
+@pytest.mark.parametrize(
+    ("keda", "message"),
+    [
+        ({"excludeUnacknowledged": True}, "only protocol http counts unacknowledged"),
+        ({"protocol": "http"}, "keda.protocol http: broker.urlSecret holds an AMQP URL"),
+    ],
+    ids=["excludeUnacknowledged over amqp", "http with a URL Secret"],
+)
+def test_keda_settings_that_cannot_work_are_refused(keda: dict[str, Any], message: str) -> None:
+    with pytest.raises(helm_python.HelmRenderError, match=message):
+        render(_values(keda={"enabled": True} | keda))

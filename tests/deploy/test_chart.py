@@ -392,13 +392,30 @@ def test_image_tag_follows_the_release() -> None:
     assert values["image"]["tag"] == chart["appVersion"] == project["version"]
 
 
-def test_image_digest_wins_over_the_tag() -> None:
-    """A pinned digest is what the pod pulls."""
+def test_image_digest_pins_the_tag() -> None:
+    """repository:tag@digest: the digest is what the pod pulls, the tag stays readable."""
     values = read_values(MINIMAL_VALUES)
     digest = "sha256:" + "ab" * 32
     values["image"] = {"digest": digest}
     image = sidecar_container(_pod_spec(render(values)))["image"]
-    assert image == f"acemq-sidecar@{digest}"
+    assert image == f"acemq-sidecar:0.1.0@{digest}"
+
+
+@pytest.mark.parametrize(
+    ("registry", "expected"),
+    [
+        ("registry.example.com", "registry.example.com/acemq-sidecar:0.1.0"),
+        ("registry.example.com:5000/", "registry.example.com:5000/acemq-sidecar:0.1.0"),
+        ("", "acemq-sidecar:0.1.0"),
+    ],
+)
+def test_image_registry_goes_before_the_repository(registry: str, expected: str) -> None:
+    values = read_values(MINIMAL_VALUES)
+    values["image"] = {"registry": registry.rstrip("/")}
+    manifests = render(values)
+    assert sidecar_container(_pod_spec(manifests))["image"] == expected
+    [test_pod] = [m for m in manifests if m.kind == "Pod"]
+    assert test_pod.body["spec"]["containers"][0]["image"] == expected
 
 
 def test_notes_name_the_routes_and_the_secret() -> None:

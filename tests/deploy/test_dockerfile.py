@@ -145,6 +145,32 @@ def test_build_tools_are_installed_before_the_source_is_copied() -> None:
     assert max(tools) < source, order
 
 
+def test_a_runtime_lock_bump_reuses_the_compiler_layer() -> None:
+    """requirements/image.txt is copied after the tools' RUN, so a bump rebuilds only after it."""
+    build = _stages()[1][0]
+    order = [(kw, args) for kw, args in build.instructions if kw in ("RUN", "COPY")]
+    tools = max(i for i, (kw, args) in enumerate(order) if kw == "RUN" and "gcc" in args)
+    [runtime_lock] = [
+        i for i, (kw, args) in enumerate(order) if kw == "COPY" and "requirements/image.txt" in args
+    ]
+    assert tools < runtime_lock, order
+
+
+def test_the_image_carries_the_oci_labels_a_registry_shows() -> None:
+    """version (pyproject's by default), revision, created and source, from build arguments."""
+    final = _stages()[1][-1]
+    labels = dict(
+        re.findall(r'org\.opencontainers\.image\.(\w+)="([^"]*)"', " ".join(final.all("LABEL")))
+    )
+    assert {"version", "revision", "created", "source"} <= set(labels), labels
+    args = dict(arg.partition("=")[::2] for arg in final.all("ARG"))
+    for name in ("version", "revision", "created", "source"):
+        variable = labels[name].removeprefix("${").removesuffix("}")
+        assert variable in args, f"the {name} label reads ${{{variable}}}, which is no ARG"
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert args["VERSION"] == project["version"]
+
+
 def test_runtime_writes_no_bytecode_and_builds_keep_no_pip_cache() -> None:
     """A read-only root filesystem needs PYTHONDONTWRITEBYTECODE; pip must not cache."""
     _, stages = _stages()

@@ -126,13 +126,15 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- printf "%s-routes" (include "acemq-sidecar.fullname" . | trunc 56 | trimSuffix "-") }}
 {{- end }}
 
+{{/* registry/repository:tag, and @digest when pinned (the tag stays readable). */}}
 {{- define "acemq-sidecar.image" -}}
 {{- $image := .Values.image }}
-{{- if $image.digest }}
-{{- printf "%s@%s" $image.repository $image.digest }}
-{{- else }}
-{{- printf "%s:%s" $image.repository $image.tag }}
+{{- $repository := $image.repository }}
+{{- with $image.registry }}
+{{- $repository = printf "%s/%s" (trimSuffix "/" .) $repository }}
 {{- end }}
+{{- printf "%s:%s" $repository $image.tag }}
+{{- with $image.digest }}@{{ . }}{{ end }}
 {{- end }}
 
 {{/*
@@ -173,8 +175,7 @@ and broker.tls set to the mounted files.
 {{- $broker := default dict $routeMap.broker }}
 {{- $credentials := .Values.broker.credentialsSecret }}
 {{- if eq (include "acemq-sidecar.brokerSecret" .) "credentials" }}
-{{- $vhost := $credentials.vhost | urlquery | replace "+" "%20" }}
-{{- $_ := set $broker "url" (printf "%s://${ACEMQ_BROKER_HOST}:${ACEMQ_BROKER_PORT}/%s" $credentials.scheme $vhost) }}
+{{- $_ := set $broker "url" (include "acemq-sidecar.credentialsUrl" (dict "scope" . "host" "${ACEMQ_BROKER_HOST}" "port" "${ACEMQ_BROKER_PORT}")) }}
 {{- $_ := set $broker "username_file" (printf "%s/username" (include "acemq-sidecar.brokerDir" .)) }}
 {{- $_ := set $broker "password_file" (printf "%s/password" (include "acemq-sidecar.brokerDir" .)) }}
 {{- else }}
@@ -295,6 +296,53 @@ Which Secret the broker's address comes from: "url" (broker.urlSecret) or "crede
 {{- end }}
 {{- end }}
 
+{{/*
+Where host and port go with broker.credentialsSecret, as YAML: {host, port} given as
+values (broker.address.host), or {secret, hostKey, portKey}: the keys of
+broker.address.secretName, else of the credentials Secret itself (the Cluster Operator's).
+*/}}
+{{- define "acemq-sidecar.brokerAddress" -}}
+{{- $credentials := .Values.broker.credentialsSecret }}
+{{- $address := .Values.broker.address | default dict }}
+{{- $usesAddress := or $address.host $address.secretName (not (kindIs "invalid" $address.port)) }}
+{{- if and $usesAddress (ne (include "acemq-sidecar.brokerSecret" .) "credentials") }}
+{{- fail "broker.address: it gives the host and port of broker.credentialsSecret's login; with broker.urlSecret the URL names them: leave broker.address unset" }}
+{{- end }}
+{{- if and $address.host $address.secretName }}
+{{- fail (printf "broker.address: host %q and secretName %q both give the broker's host; set one" $address.host $address.secretName) }}
+{{- else if $address.host }}
+host: {{ $address.host | quote }}
+port: {{ $address.port | default (ternary 5671 5672 (eq $credentials.scheme "amqps")) | int }}
+{{- else if not (kindIs "invalid" $address.port) }}
+{{- fail (printf "broker.address.port %v: a port needs broker.address.host; or leave port null and name broker.address.secretName for both" $address.port) }}
+{{- else if $address.secretName }}
+secret: {{ $address.secretName | quote }}
+hostKey: {{ $address.hostKey | quote }}
+portKey: {{ $address.portKey | quote }}
+{{- else }}
+secret: {{ $credentials.name | quote }}
+hostKey: {{ $credentials.hostKey | quote }}
+portKey: {{ $credentials.portKey | quote }}
+{{- end }}
+{{- end }}
+
+{{/*
+The URL of broker.credentialsSecret without its login: scheme, host, port and the
+percent-encoded vhost. (dict "scope" . "host" H "port" P), H and P used when the address
+comes from a Secret (variables), the literal values otherwise.
+*/}}
+{{- define "acemq-sidecar.credentialsUrl" -}}
+{{- $credentials := .scope.Values.broker.credentialsSecret }}
+{{- $address := include "acemq-sidecar.brokerAddress" .scope | fromYaml }}
+{{- $host := .host }}
+{{- $port := .port }}
+{{- if $address.host }}
+{{- $host = $address.host }}
+{{- $port = $address.port | toString }}
+{{- end }}
+{{- printf "%s://%s:%s/%s" $credentials.scheme $host $port ($credentials.vhost | urlquery | replace "+" "%20") }}
+{{- end }}
+
 {{/* Where the login files of broker.credentialsSecret are mounted. */}}
 {{- define "acemq-sidecar.brokerDir" -}}
 /etc/acemq-sidecar-broker
@@ -331,9 +379,11 @@ ConfigMap always renders, also as an application chart's dependency).
 {{- define "acemq-sidecar.checks" -}}
 {{- $values := .Values }}
 {{- $_ := include "acemq-sidecar.brokerSecret" . }}
+{{- $_ := include "acemq-sidecar.brokerAddress" . }}
 {{- if and $values.sidecar.native (not (semverCompare ">=1.29.0-0" .Capabilities.KubeVersion.Version)) }}
 {{- fail (printf "sidecar.native: a native sidecar (an init container with restartPolicy: Always) needs Kubernetes 1.29 or newer, and this cluster is %s; use sidecar.native=false (acemq-sidecar.container)" .Capabilities.KubeVersion.Version) }}
 {{- end }}
+{{- include "acemq-sidecar.tlsScheme" . }}
 {{- if and $values.serviceMonitor.enabled $values.podMonitor.enabled }}
 {{- fail "serviceMonitor.enabled and podMonitor.enabled: enable one; both would scrape the same pods under two jobs, and every alert would fire twice" }}
 {{- end }}
@@ -349,7 +399,128 @@ ConfigMap always renders, also as an application chart's dependency).
 {{- if and $values.autoscaling.enabled (kindIs "invalid" $values.autoscaling.targetCPUUtilizationPercentage) (kindIs "invalid" $values.autoscaling.targetMemoryUtilizationPercentage) }}
 {{- fail "autoscaling: set targetCPUUtilizationPercentage or targetMemoryUtilizationPercentage (or use keda, on queue depth)" }}
 {{- end }}
+{{- if $values.keda.enabled }}
+{{- if and $values.keda.excludeUnacknowledged (ne $values.keda.protocol "http") }}
+{{- fail "keda.excludeUnacknowledged: only protocol http counts unacknowledged messages (amqp counts ready ones only); set keda.protocol: http, or leave excludeUnacknowledged false" }}
+{{- end }}
+{{- if and (eq $values.keda.protocol "http") (not $values.keda.authenticationRef.name) (ne (include "acemq-sidecar.brokerSecret" .) "credentials") }}
+{{- fail "keda.protocol http: broker.urlSecret holds an AMQP URL, not the management API's; use broker.credentialsSecret (the chart builds the http address of its host), or name a TriggerAuthentication with the http host in keda.authenticationRef" }}
+{{- end }}
+{{- end }}
 {{- if and $values.keda.enabled (gt (int $values.keda.minReplicaCount) (int $values.keda.maxReplicaCount)) }}
 {{- fail (printf "keda: minReplicaCount %d is above maxReplicaCount %d" (int $values.keda.minReplicaCount) (int $values.keda.maxReplicaCount)) }}
 {{- end }}
+{{- end }}
+
+
+{{/*
+tls.enabled needs an amqps:// broker: over amqp:// the sidecar refuses the TLS files (a
+crash loop) or, without them, it and KEDA connect in plaintext. The scheme is a value with
+broker.credentialsSecret; a URL Secret is checked when `helm install` or `upgrade` can
+read it (lookup; `helm template` cannot, and the sidecar refuses the files at start).
+*/}}
+{{- define "acemq-sidecar.tlsScheme" -}}
+{{- if .Values.tls.enabled }}
+{{- if eq (include "acemq-sidecar.brokerSecret" .) "credentials" }}
+{{- $scheme := .Values.broker.credentialsSecret.scheme }}
+{{- if ne $scheme "amqps" }}
+{{- fail (printf "tls.enabled: broker.credentialsSecret.scheme is %q, so the sidecar and KEDA would not use TLS (plaintext, or a crash loop with a client certificate); set broker.credentialsSecret.scheme: amqps (and the broker's TLS port, 5671), or tls.enabled: false" $scheme) }}
+{{- end }}
+{{- else }}
+{{- $secret := .Values.broker.urlSecret }}
+{{- $live := lookup "v1" "Secret" .Release.Namespace $secret.name | default dict }}
+{{- $encoded := dig "data" $secret.key "" $live }}
+{{- if $encoded }}
+{{- $url := $encoded | b64dec | trim | lower }}
+{{- if not (hasPrefix "amqps://" $url) }}
+{{- fail (printf "tls.enabled: the URL in Secret %s, key %s, is not amqps://, so the sidecar and KEDA would not use TLS; put the broker's amqps:// URL (port 5671) in the Secret, or set tls.enabled: false" $secret.name $secret.key) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The broker's address for KEDA's rabbitmq trigger, no login in it: the AMQP URL, or with
+keda.protocol http the management API's. Host and port from the container's variables
+(KEDA expands $(VAR) as the kubelet does) or the values of broker.address.
+*/}}
+{{- define "acemq-sidecar.kedaAddress" -}}
+{{- $keda := .Values.keda }}
+{{- if eq $keda.protocol "http" }}
+{{- $credentials := .Values.broker.credentialsSecret }}
+{{- $address := include "acemq-sidecar.brokerAddress" . | fromYaml }}
+{{- $host := $address.host | default "$(ACEMQ_BROKER_HOST)" }}
+{{- printf "%s://%s:%v/%s" $keda.management.scheme $host $keda.management.port ($credentials.vhost | urlquery | replace "+" "%20") }}
+{{- else }}
+{{- include "acemq-sidecar.credentialsUrl" (dict "scope" . "host" "$(ACEMQ_BROKER_HOST)" "port" "$(ACEMQ_BROKER_PORT)") }}
+{{- end }}
+{{- end }}
+
+{{/*
+The helm test Pod's labels: the chart's, commonLabels and helmTest.podLabels, and
+acemq-sidecar/test (which the NetworkPolicy lets in), never a label the chart's selectors
+use, so no Service, budget or policy of the sidecar's pods selects it.
+*/}}
+{{- define "acemq-sidecar.testLabels" -}}
+{{- $selectors := list "app.kubernetes.io/name" "app.kubernetes.io/instance" "acemq-sidecar/instance" }}
+{{- $labels := dict "helm.sh/chart" (include "acemq-sidecar.chart" .) "app.kubernetes.io/version" (.Chart.AppVersion | toString) "app.kubernetes.io/managed-by" .Release.Service "app.kubernetes.io/part-of" "acemq" }}
+{{- range $key, $value := (.Values.commonLabels | default dict) }}
+{{- if not (has $key $selectors) }}
+{{- $_ := set $labels $key (toString $value) }}
+{{- end }}
+{{- end }}
+{{- range $key, $value := (.Values.helmTest.podLabels | default dict) }}
+{{- if has $key $selectors }}
+{{- fail (printf "helmTest.podLabels: %q is a label the chart's selectors use; the test Pod would become one of the sidecar's pods (a Service endpoint, under the NetworkPolicy): leave it out" $key) }}
+{{- end }}
+{{- $_ := set $labels $key (toString $value) }}
+{{- end }}
+{{- $_ := set $labels "app.kubernetes.io/component" "helm-test" }}
+{{- $_ := set $labels "acemq-sidecar/test" (include "acemq-sidecar.fullname" .) }}
+{{- toYaml $labels }}
+{{- end }}
+
+{{/*
+The standalone Deployment's affinity: `affinity` as given, plus, unless it sets
+podAntiAffinity, the podAntiAffinityPreset on podAntiAffinityTopologyKey ("soft": preferred,
+weight 100; "hard": required; "": none), selecting this release's replicas.
+*/}}
+{{- define "acemq-sidecar.affinity" -}}
+{{- $affinity := deepCopy (.Values.affinity | default dict) }}
+{{- $preset := .Values.podAntiAffinityPreset }}
+{{- if and $preset (not (hasKey $affinity "podAntiAffinity")) }}
+{{- $term := dict "topologyKey" .Values.podAntiAffinityTopologyKey "labelSelector" (dict "matchLabels" (include "acemq-sidecar.selectorLabels" . | fromYaml)) }}
+{{- if eq $preset "hard" }}
+{{- $_ := set $affinity "podAntiAffinity" (dict "requiredDuringSchedulingIgnoredDuringExecution" (list $term)) }}
+{{- else }}
+{{- $_ := set $affinity "podAntiAffinity" (dict "preferredDuringSchedulingIgnoredDuringExecution" (list (dict "weight" 100 "podAffinityTerm" $term))) }}
+{{- end }}
+{{- end }}
+{{- with $affinity }}
+{{- toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
+An alert's labels and annotations: severity and the chart's summary, description and
+runbook_url, then the alert's own labels and annotations (prometheusRule.alerts.<name>),
+which win. (dict "alert" $values "runbook" base "anchor" a "summary" s "description" d)
+*/}}
+{{- define "acemq-sidecar.alertMeta" -}}
+{{- $labels := dict "severity" .alert.severity }}
+{{- range $key, $value := (.alert.labels | default dict) }}
+{{- $_ := set $labels $key (toString $value) }}
+{{- end }}
+{{- $annotations := dict "summary" .summary "description" .description }}
+{{- with .runbook }}
+{{- $_ := set $annotations "runbook_url" (printf "%s#%s" . $.anchor) }}
+{{- end }}
+{{- range $key, $value := (.alert.annotations | default dict) }}
+{{- $_ := set $annotations $key (toString $value) }}
+{{- end }}
+labels:
+  {{- toYaml $labels | nindent 2 }}
+annotations:
+  {{- toYaml $annotations | nindent 2 }}
 {{- end }}

@@ -75,41 +75,10 @@ containers) or native (an application's initContainers).
     - {{ include "acemq-sidecar.configDir" . }}/routes.yaml
     - --log-level
     - {{ .Values.logLevel | quote }}
+  {{- with include "acemq-sidecar.env" (dict "scope" . "shape" $shape) | trim }}
   env:
-    {{- if eq (include "acemq-sidecar.brokerSecret" .) "url" }}
-    # The route map's broker.url is "${AMQP_URL}": the URL stays in the Secret.
-    - name: AMQP_URL
-      valueFrom:
-        secretKeyRef:
-          name: {{ .Values.broker.urlSecret.name }}
-          key: {{ .Values.broker.urlSecret.key }}
-    {{- else }}
-    {{- $credentials := .Values.broker.credentialsSecret }}
-    # The route map's broker.url is built of these two; the login is read from files.
-    - name: ACEMQ_BROKER_HOST
-      valueFrom:
-        secretKeyRef:
-          name: {{ $credentials.name }}
-          key: {{ $credentials.hostKey }}
-    - name: ACEMQ_BROKER_PORT
-      valueFrom:
-        secretKeyRef:
-          name: {{ $credentials.name }}
-          key: {{ $credentials.portKey }}
-    {{- if and .Values.keda.enabled (eq $shape "standalone") }}
-    # KEDA's rabbitmq trigger reads the broker's address here (no login in it).
-    - name: ACEMQ_BROKER_ADDRESS
-      value: {{ printf "%s://$(ACEMQ_BROKER_HOST):$(ACEMQ_BROKER_PORT)/%s" $credentials.scheme ($credentials.vhost | urlquery | replace "+" "%20") | quote }}
-    {{- end }}
-    {{- end }}
-    {{- if and .Values.keda.enabled .Values.tls.enabled (eq $shape "standalone") }}
-    # KEDA's rabbitmq trigger takes its tls switch from here (TriggerAuthentication.env).
-    - name: ACEMQ_KEDA_TLS
-      value: enable
-    {{- end }}
-    {{- with .Values.extraEnv }}
-    {{- toYaml . | nindent 4 }}
-    {{- end }}
+    {{- . | nindent 4 }}
+  {{- end }}
   {{- with .Values.extraEnvFrom }}
   envFrom:
     {{- toYaml . | nindent 4 }}
@@ -241,7 +210,8 @@ of the Secret is shown.
 {{- $keys := $secret.key }}
 {{- if eq (include "acemq-sidecar.brokerSecret" .) "credentials" }}
 {{- $secret = .Values.broker.credentialsSecret }}
-{{- $keys = printf "%s,%s,%s,%s" $secret.usernameKey $secret.passwordKey $secret.hostKey $secret.portKey }}
+{{- $address := include "acemq-sidecar.brokerAddress" . | fromYaml }}
+{{- $keys = printf "%s,%s,%s" $secret.usernameKey $secret.passwordKey (toJson $address) }}
 {{- end }}
 {{- $revision := $secret.revision }}
 {{- if not $revision }}
@@ -250,4 +220,47 @@ of the Secret is shown.
 {{- end }}
 checksum/acemq-sidecar-config: {{ include "acemq-sidecar.routeMap" . | sha256sum }}
 checksum/acemq-broker-secret: {{ printf "%s/%s/%s" $secret.name $keys $revision | sha256sum }}
+{{- end }}
+
+{{/* The sidecar container's environment, items of env (none at all is possible). */}}
+{{- define "acemq-sidecar.env" -}}
+{{- $shape := .shape }}
+{{- with .scope }}
+{{- if eq (include "acemq-sidecar.brokerSecret" .) "url" }}
+# The route map's broker.url is "${AMQP_URL}": the URL stays in the Secret.
+- name: AMQP_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.broker.urlSecret.name }}
+      key: {{ .Values.broker.urlSecret.key }}
+{{- else }}
+{{- $address := include "acemq-sidecar.brokerAddress" . | fromYaml }}
+{{- if $address.secret }}
+# The route map's broker.url is built of these two; the login is read from files.
+- name: ACEMQ_BROKER_HOST
+  valueFrom:
+    secretKeyRef:
+      name: {{ $address.secret }}
+      key: {{ $address.hostKey }}
+- name: ACEMQ_BROKER_PORT
+  valueFrom:
+    secretKeyRef:
+      name: {{ $address.secret }}
+      key: {{ $address.portKey }}
+{{- end }}
+{{- if and .Values.keda.enabled (eq $shape "standalone") (not .Values.keda.authenticationRef.name) }}
+# KEDA's rabbitmq trigger reads the broker's address here (no login in it).
+- name: ACEMQ_BROKER_ADDRESS
+  value: {{ include "acemq-sidecar.kedaAddress" . | quote }}
+{{- end }}
+{{- end }}
+{{- if and .Values.keda.enabled .Values.tls.enabled (eq $shape "standalone") (not .Values.keda.authenticationRef.name) }}
+# KEDA's rabbitmq trigger takes its tls switch from here (TriggerAuthentication.env).
+- name: ACEMQ_KEDA_TLS
+  value: enable
+{{- end }}
+{{- with .Values.extraEnv }}
+{{- toYaml . | nindent 0 }}
+{{- end }}
+{{- end }}
 {{- end }}
