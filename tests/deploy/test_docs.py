@@ -70,7 +70,13 @@ def _validate(manifests: list[Manifest]) -> None:
 def test_the_doc_has_the_examples_it_promises() -> None:
     """The standalone values, the app chart in both shapes, and a Job."""
     examples = _examples()
-    assert {"values-orders.yaml", "values-keda.yaml", "values-operator.yaml"} <= set(examples)
+    assert {
+        "values-orders.yaml",
+        "values-keda.yaml",
+        "values-operator-user.yaml",
+        "values-keda-http.yaml",
+        "values-alert-routing.yaml",
+    } <= set(examples)
     apps = _apps()
     assert {"Chart.yaml", "values.yaml", "values-native.yaml"} <= set(apps["shop"])
     assert "templates/job.yaml" in apps["nightly"]

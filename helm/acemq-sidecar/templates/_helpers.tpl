@@ -288,11 +288,11 @@ Which Secret the broker's address comes from: "url" (broker.urlSecret) or "crede
 {{- $url := .Values.broker.urlSecret.name }}
 {{- $credentials := .Values.broker.credentialsSecret.name }}
 {{- if and $url $credentials }}
-{{- fail "broker: name one Secret, broker.urlSecret.name (a URL) or broker.credentialsSecret.name (username, password, host, port), not both" }}
+{{- fail "broker: name one Secret, broker.urlSecret.name (a URL) or broker.credentialsSecret.name (a login, with broker.address or host and port keys), not both" }}
 {{- else if $url }}url
 {{- else if $credentials }}credentials
 {{- else }}
-{{- fail "broker: name the existing Secret: broker.urlSecret.name (one key holding the URL) or broker.credentialsSecret.name (username, password, host, port, as the RabbitMQ operators make it)" }}
+{{- fail "broker: name the existing Secret: broker.urlSecret.name (one key holding the URL) or broker.credentialsSecret.name (username and password as the RabbitMQ operators write them; host and port from broker.address or the same Secret)" }}
 {{- end }}
 {{- end }}
 
