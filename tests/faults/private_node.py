@@ -8,6 +8,10 @@ with ``-n`` that node, so no command can land on the shared broker.
 
 RabbitMQ's scripts run the server as the ``rabbitmq`` user when started by root: the
 folder is handed to that user then.
+
+Given a test host (``tests/faults/netns.py``), the node runs inside its network namespace,
+listening on every address there (the host reaches it across the host's links), and every
+``rabbitmqctl`` runs inside it too: the namespace has its own epmd.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ from tests.faults.conftest import RabbitCtl
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+    from tests.faults.netns import NetHost
+
 START_TIMEOUT_S = 90.0
 CTL_TIMEOUT_S = 60.0
 POLL_S = 0.5
@@ -43,16 +49,21 @@ class PrivateNode:
     name: str
     amqp_port: int
     base: Path
+    inside: tuple[str, ...] = ()  # the prefix that runs a command where the node runs
 
     @property
     def url(self) -> str:
         """The AMQP URL of the node (guest may log in: the listener is loopback only)."""
-        return f"amqp://guest:guest@127.0.0.1:{self.amqp_port}/"
+        return self.url_at("127.0.0.1")
+
+    def url_at(self, host: str) -> str:
+        """The AMQP URL of the node at ``host`` (an address of its test host's links)."""
+        return f"amqp://guest:guest@{host}:{self.amqp_port}/"
 
     @property
     def ctl(self) -> RabbitCtl:
         """``rabbitmqctl -n NAME`` on the default vhost."""
-        return RabbitCtl(command=("rabbitmqctl", "-n", self.name), vhost="/")
+        return RabbitCtl(command=(*self.inside, "rabbitmqctl", "-n", self.name), vhost="/")
 
     def log_tail(self, lines: int = 40) -> str:
         """The end of the node's log, for a failure message."""
@@ -63,9 +74,9 @@ class PrivateNode:
         return "\n".join(text[-lines:])
 
 
-def _ctl(name: str, *args: str) -> subprocess.CompletedProcess[str]:
+def _ctl(name: str, *args: str, inside: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        ["rabbitmqctl", "-n", name, *args],
+        [*inside, "rabbitmqctl", "-n", name, *args],
         capture_output=True,
         check=False,
         text=True,
@@ -86,11 +97,14 @@ def _hand_to_rabbitmq(base: Path) -> None:
 
 
 @contextlib.contextmanager
-def private_node(name: str, *, conf: str = "", advanced: str = "[].") -> Iterator[PrivateNode]:
+def private_node(
+    name: str, *, conf: str = "", advanced: str = "[].", host: NetHost | None = None
+) -> Iterator[PrivateNode]:
     """Start a node called ``name`` (``short@localhost``) in a new folder; stop it after.
 
     ``conf`` adds lines to its rabbitmq.conf (``consumer_timeout = 5000``...); ``advanced``
     is its advanced.config, for what rabbitmq.conf cannot set (``channel_tick_interval``).
+    ``host``: run it inside that test host's namespace (see the module docstring).
 
     The folder is under the system's temporary directory, not pytest's (which only its
     owner may enter), and is removed afterwards. Skips where RabbitMQ is not installed
@@ -102,17 +116,22 @@ def private_node(name: str, *, conf: str = "", advanced: str = "[].") -> Iterato
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(message)
         pytest.skip(message)
-    if _ctl(name, "status").returncode == 0:
+    inside = host.exec if host is not None else ()
+    if _ctl(name, "status", inside=inside).returncode == 0:
         pytest.fail(f"a node called {name} already runs; stop it: rabbitmqctl -n {name} stop")
     with tempfile.TemporaryDirectory(prefix="acemq-node-") as folder:
-        yield from _run_node(name, Path(folder), conf=conf, advanced=advanced)
+        yield from _run_node(name, Path(folder), conf=conf, advanced=advanced, inside=inside)
 
 
-def _run_node(name: str, base: Path, *, conf: str, advanced: str) -> Iterator[PrivateNode]:
+def _run_node(
+    name: str, base: Path, *, conf: str, advanced: str, inside: tuple[str, ...]
+) -> Iterator[PrivateNode]:
     amqp_port, dist_port = free_port(), free_port()
-    node = PrivateNode(name=name, amqp_port=amqp_port, base=base)
+    node = PrivateNode(name=name, amqp_port=amqp_port, base=base, inside=inside)
+    # In a test host's namespace, every address there is the test's own.
+    listen = "0.0.0.0" if inside else "127.0.0.1"  # noqa: S104
     (base / "rabbitmq.conf").write_text(
-        f"listeners.tcp.local = 127.0.0.1:{amqp_port}\n{conf}", encoding="utf-8"
+        f"listeners.tcp.local = {listen}:{amqp_port}\n{conf}", encoding="utf-8"
     )
     (base / "advanced.config").write_text(f"{advanced}\n", encoding="utf-8")
     (base / "enabled_plugins").write_text("[].\n", encoding="utf-8")
@@ -135,7 +154,7 @@ def _run_node(name: str, base: Path, *, conf: str, advanced: str) -> Iterator[Pr
         "RABBITMQ_CONF_ENV_FILE": str(base / "rabbitmq-env.conf"),
     }
     started = subprocess.run(
-        ["rabbitmq-server", "-detached"],
+        [*inside, "rabbitmq-server", "-detached"],
         env=env,
         capture_output=True,
         check=False,
@@ -146,14 +165,14 @@ def _run_node(name: str, base: Path, *, conf: str, advanced: str) -> Iterator[Pr
         _await_startup(node, output=f"{started.stdout}{started.stderr}")
         yield node
     finally:
-        _ctl(name, "stop")
+        _ctl(name, "stop", inside=inside)
 
 
 def _await_startup(node: PrivateNode, *, output: str) -> None:
     # await_startup fails at once until the node has registered with epmd: poll it.
     deadline = time.monotonic() + START_TIMEOUT_S
     while True:
-        result = _ctl(node.name, "await_startup")
+        result = _ctl(node.name, "await_startup", inside=node.inside)
         if result.returncode == 0:
             return
         if time.monotonic() > deadline:
