@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
+import socket
 from typing import TYPE_CHECKING, Final, cast
 
 from sidecar.amqp.frame_reader import ChannelEnd, ControlEnd, FrameReader, NotAmqpError
@@ -257,9 +259,17 @@ class Link(_Writes, asyncio.Protocol):
     # --- life ---
 
     def start_heartbeat(self, interval_s: int) -> None:
-        """Send a heartbeat when idle; drop the connection after two silent intervals."""
+        """Send a heartbeat when idle; drop the connection after two silent intervals.
+
+        The kernel is given the same bound (``TCP_USER_TIMEOUT``): what was written and not
+        acknowledged for two intervals ends the socket. The heartbeats cannot judge a link
+        that reads nothing (its write buffer full, or a channel without room), and a
+        half-open one would otherwise stand for the kernel's retransmissions, some fifteen
+        minutes (docs/decisions/0067).
+        """
         if interval_s <= 0:
             return
+        self._bound_unacknowledged(2 * interval_s)
         self._heartbeat = self.loop.call_later(interval_s / 2, self._beat(interval_s))
 
     def _beat(self, interval_s: int) -> Callable[[], None]:
@@ -279,6 +289,16 @@ class Link(_Writes, asyncio.Protocol):
             self._heartbeat = self.loop.call_later(interval_s / 2, beat)
 
         return beat
+
+    def _bound_unacknowledged(self, seconds: int) -> None:
+        """End the socket when what it wrote is not acknowledged within ``seconds``."""
+        option = getattr(socket, "TCP_USER_TIMEOUT", None)  # Linux's
+        transport = self._transport
+        sock = transport.get_extra_info("socket") if transport is not None else None
+        if option is None or sock is None:
+            return
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, option, seconds * 1000)
 
     def forget(self, number: int) -> None:
         """Free a channel number once the channel is closed on both sides."""

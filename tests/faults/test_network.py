@@ -7,7 +7,7 @@ that forgets them does: what it writes vanishes, nothing more arrives, and nothi
 so. Each test proves, by id, under a mixed flow: nothing lost, nothing misplaced,
 duplicates within what was in flight; ``/readyz`` not ready from the detection until the
 relay runs again; and the times: the cut to its detection (bound: two heartbeat intervals
-and the half interval the check runs at, docs/decisions/0066), the mend to the relay
+and the half interval the check runs at, docs/decisions/0067), the mend to the relay
 moving again (bound: the reconnect backoff's delay then, plus a connect).
 """
 
@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests.e2e.conftest import Sidecar, eventually
+from tests.e2e.conftest import Sidecar, declare_flow, declare_quarantine, eventually
 from tests.faults.conftest import MixedFlow, declare_mixed_flow, scrape, wait_recovered
 from tests.faults.netns import net_host
 from tests.faults.private_node import private_node
@@ -120,6 +121,18 @@ async def wait_not_ready(sidecar: Sidecar, *, since: float) -> float:
     return time.monotonic() - since
 
 
+async def wait_relaying(sidecar: Sidecar, *, since: float) -> float:
+    """Wait for /readyz 200 with the broker connected again; return the seconds since."""
+
+    async def relaying() -> bool:
+        status, _ = await sidecar.get("/readyz")
+        metrics = await scrape(sidecar)
+        return status == 200 and metrics.value("acemq_sidecar_broker_connected") == 1
+
+    await eventually(relaying, timeout_s=60, what="ready again", context=sidecar.output)
+    return time.monotonic() - since
+
+
 async def outage(sidecar: Sidecar, link: Link) -> tuple[float, float]:
     """Cut the link, wait for the detection, stay cut a heartbeat more, mend it.
 
@@ -186,4 +199,68 @@ async def test_a_half_open_link_while_idle_is_found_and_the_flow_after_it_relaye
         faults=1,
         recovery_s=[detected_s, resumed_s],
         note="idle at the cut; recovery: the cut until not ready, the mend until ready",
+    )
+
+
+BIG = 1 << 20  # a body of 1 MiB: a few in flight fill the socket's buffers
+BIG_COUNT = 120
+
+
+async def test_a_half_open_link_with_the_buffers_full_is_found_within_the_bound(
+    nb: Broker,
+    sidecar: Sidecar,
+    relay_link: Link,
+    record: Callable[..., FaultRecord],
+) -> None:
+    """Large copies in flight at the cut: the writes stop, and with them the reading.
+
+    The broker's silence tells nothing while the client reads nothing (docs/decisions/0067):
+    the connection must still end within the bound, and every message arrive once mended.
+    """
+    flow = await declare_flow(nb, "big")
+    quarantine, _ = await declare_quarantine(nb)
+    ids = [f"big-{index}" for index in range(BIG_COUNT)]
+    for id_ in ids:
+        await nb.publish(flow.staging, body=bytes(BIG), message_id=id_, headers={"x-acemq-id": id_})
+    routes = sidecar.route_map(quarantine=quarantine, flows=[flow], prefetch=PREFETCH)
+    routes["broker"]["heartbeat_s"] = HEARTBEAT_S
+    sidecar.write(routes)
+    await sidecar.start()
+
+    async def moving() -> bool:
+        return await nb.depth(flow.target) >= 3  # its window has grown past one
+
+    await eventually(moving, timeout_s=30, what="copies in the target", context=sidecar.output)
+    # Held still while the broker fills its socket with deliveries, then cut: what it
+    # publishes of them once resumed fills its own buffers, and nothing drains them.
+    sidecar.send(signal.SIGSTOP)
+    try:
+        await asyncio.sleep(1.0)
+        relay_link.cut()
+    finally:
+        sidecar.send(signal.SIGCONT)
+    detected_s, mended = await outage(sidecar, relay_link)
+    left = await nb.depth(flow.staging)
+    resumed_s = await wait_relaying(sidecar, since=mended)
+    arrived: dict[str, int] = {}
+
+    async def all_arrived() -> bool:
+        for message in await nb.drain(flow.target):
+            id_ = str(message.header.properties.message_id)
+            arrived[id_] = arrived.get(id_, 0) + 1
+        return set(arrived) == set(ids)
+
+    await eventually(
+        all_arrived, timeout_s=60, what="every id in the target", context=sidecar.output
+    )
+    assert await nb.depth(flow.staging) == 0
+    duplicates = sum(count - 1 for count in arrived.values())
+    assert duplicates <= PREFETCH
+    record(
+        messages=BIG_COUNT,
+        faults=1,
+        duplicates=duplicates,
+        duplicate_bound=PREFETCH,
+        recovery_s=(detected_s, resumed_s),
+        note=f"1 MiB bodies, left in staging {left}; the cut until not ready, the mend until ready",
     )
