@@ -9,6 +9,10 @@ duplicates within what was in flight; ``/readyz`` not ready from the detection u
 relay runs again; and the times: the cut to its detection (bound: two heartbeat intervals
 and the half interval the check runs at, docs/decisions/0067), the mend to the relay
 moving again (bound: the reconnect backoff's delay then, plus a connect).
+
+A fault proxy of the tests' own (``tests/faults/fault_proxy.py``) on the same link makes
+what a link cannot: one of the two connections half-open while the other works, and a
+link that is slow and loses segments (TCP's retransmissions, as delays) for a minute.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import pytest
 
 from tests.e2e.conftest import Sidecar, declare_flow, declare_quarantine, eventually
 from tests.faults.conftest import MixedFlow, declare_mixed_flow, scrape, wait_recovered
+from tests.faults.fault_proxy import FaultProxy, Kind
 from tests.faults.netns import net_host
 from tests.faults.private_node import private_node
 from tests.faults.test_faults import finish, left_in_staging, wait_progress
@@ -263,4 +268,121 @@ async def test_a_half_open_link_with_the_buffers_full_is_found_within_the_bound(
         duplicate_bound=PREFETCH,
         recovery_s=(detected_s, resumed_s),
         note=f"1 MiB bodies, left in staging {left}; the cut until not ready, the mend until ready",
+    )
+
+
+# --- one connection half-open, and a slow, lossy link: a proxy of the tests' own ----------
+
+
+@pytest.fixture
+async def proxy(behind: tuple[NetHost, PrivateNode]) -> AsyncIterator[FaultProxy]:
+    """A fault proxy to the node, across the relay link."""
+    host, node = behind
+    async with FaultProxy(node.url_at(host.links[0].inside_address)) as started:
+        yield started
+
+
+@pytest.fixture
+async def proxied(proxy: FaultProxy, tmp_path: Path) -> AsyncIterator[Sidecar]:
+    """A sidecar process reaching the node through the fault proxy; killed at teardown."""
+    process = Sidecar(amqp_url=proxy.proxied_url, workdir=tmp_path)
+    try:
+        yield process
+    finally:
+        await process.kill()
+
+
+async def wait_reconnected(sidecar: Sidecar, *, since: float) -> float:
+    """Wait until the sidecar gave up a connection and made a new one; seconds since."""
+
+    async def reconnected() -> bool:
+        assert sidecar.is_running(), f"the sidecar died\n{sidecar.output()}"
+        return (await scrape(sidecar)).value("acemq_sidecar_reconnects_total") >= 1
+
+    await eventually(
+        reconnected,
+        timeout_s=DETECT_BOUND_S + SLACK_S,
+        what="a reconnect after the silence",
+        context=sidecar.output,
+    )
+    return time.monotonic() - since
+
+
+@pytest.mark.parametrize("kind", [Kind.CONSUMING, Kind.PUBLISHING])
+@pytest.mark.parametrize("moment", ["idle", "mid-flow"])
+async def test_one_connection_half_open_is_found_and_the_relay_resumes(  # noqa: PLR0917 - fixtures
+    flow: MixedFlow,
+    proxy: FaultProxy,
+    proxied: Sidecar,
+    record: Callable[..., FaultRecord],
+    kind: Kind,
+    moment: str,
+) -> None:
+    """Only the consuming or only the publishing connection goes silent, the other works.
+
+    The silent one is found by its heartbeats (or by the kernel, its writes unacknowledged)
+    and the session ends with it: both connections are made again and the relay resumes.
+    """
+    sidecar = proxied
+    if moment == "mid-flow":
+        await flow.publish(PER_LANE // 2)
+    sidecar.write(route_map(flow, sidecar))
+    await sidecar.start()
+    if moment == "mid-flow":
+        await wait_progress(flow, sidecar)
+    assert proxy.silence(kind) == 1, proxy.kinds()
+    silenced = time.monotonic()
+    if moment == "idle":
+        await flow.publish(PER_LANE // 4)
+    detected_s = await wait_reconnected(sidecar, since=silenced)
+    resumed_s = await wait_recovered(sidecar, flow, since=silenced, reconnects=1)
+    await finish(
+        flow,
+        sidecar,
+        record,
+        faults=1,
+        recovery_s=[detected_s, resumed_s],
+        note=f"the {kind} connection silenced {moment}; recovery: until the reconnect, ready",
+    )
+
+
+LAG_S = 0.2
+LOSS = 0.05
+LAGGED_FOR_S = 60.0
+
+
+async def test_lag_and_loss_for_a_minute_slow_the_flow_and_lose_nothing(
+    flow: MixedFlow,
+    proxy: FaultProxy,
+    proxied: Sidecar,
+    record: Callable[..., FaultRecord],
+) -> None:
+    """200 ms each way and 5 % of reads a retransmission late, for a minute, mid-flow.
+
+    The connections stay up (no reconnect: the heartbeats see the broker throughout), the
+    flow keeps moving through it, and every message arrives once the link is itself again.
+    """
+    sidecar = proxied
+    await flow.publish(PER_LANE)
+    sidecar.write(route_map(flow, sidecar))
+    await sidecar.start()
+    await wait_progress(flow, sidecar)
+    proxy.lag(LAG_S, loss=LOSS)
+    before = await flow.downstream()
+    await asyncio.sleep(LAGGED_FOR_S)
+    moved = await flow.downstream() - before
+    proxy.lag(0.0)
+    metrics = await scrape(sidecar)
+    assert metrics.value("acemq_sidecar_reconnects_total") == 0, metrics.text
+    assert moved > 0, "nothing relayed during the lag"
+    status, body = await sidecar.get("/readyz")
+    assert status == 200, body
+    await finish(
+        flow,
+        sidecar,
+        record,
+        faults=1,
+        recovery_s=[],  # nothing to recover from: it never stopped
+        note=f"{moved} copies relayed in {LAGGED_FOR_S:.0f}s at {LAG_S * 1000:.0f} ms each way,"
+        f" {LOSS:.0%} of reads a retransmission late",
     )
