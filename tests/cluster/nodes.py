@@ -10,6 +10,11 @@ tests can reach the shared broker, whose cookie differs. c2 and c3 ``join_cluste
 
 The cluster runs with ``cluster_partition_handling = pause_minority`` (docs/scaling.md says
 why), and is stopped and its folder removed at the end whatever happened.
+
+Given test hosts (``tests/faults/netns.py``'s ``net_hosts``), each node runs inside its own,
+named for that host (``acemq-RUN-c1@p1``), its nodes' traffic on the hosts' bridge and its
+clients' on the host's own link: a partition of one host from the others leaves its clients
+connected.
 """
 
 from __future__ import annotations
@@ -34,12 +39,15 @@ from tests.faults.conftest import RabbitCtl
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+    from tests.faults.netns import NetHost
+
 MEMBERS = ("c1", "c2", "c3")
 START_TIMEOUT_S = 120.0
 CTL_TIMEOUT_S = 90.0
 POLL_S = 0.5
+NET_TICKTIME_S = 8  # the nodes' silence that parts them: found in 6 to 10 s
 CONFIG = """\
-listeners.tcp.local = 127.0.0.1:{amqp_port}
+listeners.tcp.local = {listen}:{amqp_port}
 cluster_partition_handling = pause_minority
 loopback_users = none
 """
@@ -54,16 +62,18 @@ class Node:
     dist_port: int
     base: Path
     cookie: str = field(repr=False)
+    inside: tuple[str, ...] = ()  # the prefix that runs a command in its test host
+    address: str = "127.0.0.1"  # where its clients reach it
 
     @property
     def url(self) -> str:
         """The node's AMQP URL (guest may log in: the listener is loopback only)."""
-        return f"amqp://guest:guest@127.0.0.1:{self.amqp_port}/"
+        return f"amqp://guest:guest@{self.address}:{self.amqp_port}/"
 
     @property
     def endpoint(self) -> str:
-        """``127.0.0.1:PORT``, as the sidecar's /readyz and logs name the node."""
-        return f"127.0.0.1:{self.amqp_port}"
+        """``ADDRESS:PORT``, as the sidecar's /readyz and logs name the node."""
+        return f"{self.address}:{self.amqp_port}"
 
     @property
     def ctl(self) -> RabbitCtl:
@@ -71,7 +81,7 @@ class Node:
         return RabbitCtl(command=self._command("rabbitmqctl"), vhost="/")
 
     def _command(self, tool: str) -> tuple[str, ...]:
-        return (tool, "--erlang-cookie", self.cookie, "-n", self.name)
+        return (*self.inside, tool, "--erlang-cookie", self.cookie, "-n", self.name)
 
     def run(self, tool: str, *args: str, check: bool = True) -> str:
         """Run a RabbitMQ CLI tool against this node; fail the test if it fails (``check``)."""
@@ -98,28 +108,32 @@ class Node:
             "RABBITMQ_CONFIG_FILE": str(self.base / "rabbitmq.conf"),
             "RABBITMQ_ENABLED_PLUGINS_FILE": str(self.base / "enabled_plugins"),
             "RABBITMQ_CONF_ENV_FILE": str(self.base / "rabbitmq-env.conf"),
-            "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": f"-setcookie {self.cookie}",
+            # In a test host, a partition is to be seen in seconds, not the default minute.
+            "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": f"-setcookie {self.cookie}"
+            + (f" -kernel net_ticktime {NET_TICKTIME_S}" if self.inside else ""),
         }
 
     def write_files(self) -> None:
         """Write the node's config, plugins (none) and environment file."""
         self.base.mkdir(parents=True, exist_ok=True)
+        # In a test host every address is the test's own; on this one, loopback only.
+        listen = "0.0.0.0" if self.inside else "127.0.0.1"  # noqa: S104
         (self.base / "rabbitmq.conf").write_text(
-            CONFIG.format(amqp_port=self.amqp_port), encoding="utf-8"
+            CONFIG.format(listen=listen, amqp_port=self.amqp_port), encoding="utf-8"
         )
         (self.base / "enabled_plugins").write_text("[].\n", encoding="utf-8")
-        # Our own environment file: the system one names the shared node.
-        (self.base / "rabbitmq-env.conf").write_text(
-            f'NODENAME={self.name}\nexport ERL_FLAGS="-kernel inet_dist_use_interface'
-            ' {127,0,0,1}"\n',
-            encoding="utf-8",
-        )
+        # Our own environment file: the system one names the shared node. On this host the
+        # nodes' own traffic stays on loopback.
+        env_file = f"NODENAME={self.name}\n"
+        if not self.inside:
+            env_file += 'export ERL_FLAGS="-kernel inet_dist_use_interface {127,0,0,1}"\n'
+        (self.base / "rabbitmq-env.conf").write_text(env_file, encoding="utf-8")
         _hand_to_rabbitmq(self.base)
 
     def start(self) -> None:
         """``rabbitmq-server -detached`` (returns before the node is up: see await_up)."""
         subprocess.run(
-            ["rabbitmq-server", "-detached"],
+            [*self.inside, "rabbitmq-server", "-detached"],
             env=self.environment(),
             capture_output=True,
             check=False,
@@ -256,11 +270,12 @@ def _require_rabbitmq() -> None:
 
 
 @contextlib.contextmanager
-def three_node_cluster() -> Iterator[Cluster]:
+def three_node_cluster(hosts: tuple[NetHost, ...] = ()) -> Iterator[Cluster]:
     """Start three nodes, join them, yield the cluster; stop them and remove their folder after.
 
     Refuses to start when a node of one of these names already runs (it may be somebody's,
     or a previous run's left behind: ``rabbitmqctl -n NAME stop`` with its cookie).
+    ``hosts``: three test hosts to run the nodes in (see the module docstring).
     """
     _require_rabbitmq()
     cookie = secrets.token_hex(16).upper()
@@ -268,13 +283,15 @@ def three_node_cluster() -> Iterator[Cluster]:
     with tempfile.TemporaryDirectory(prefix="acemq-cluster-") as folder:
         nodes = tuple(
             Node(
-                name=f"acemq-{run}-{member}@localhost",
+                name=f"acemq-{run}-{member}@{host.hostname if host else 'localhost'}",
                 amqp_port=free_port(),
                 dist_port=free_port(),
                 base=Path(folder) / member,
                 cookie=cookie,
+                inside=host.exec if host else (),
+                address=host.links[0].inside_address if host else "127.0.0.1",
             )
-            for member in MEMBERS
+            for member, host in zip(MEMBERS, hosts or (None,) * len(MEMBERS), strict=True)
         )
         for node in nodes:
             if subprocess.run(

@@ -9,18 +9,26 @@ would. (The host's end is never taken down: its route would go with it.) ``Link.
 brings it back. At the end every process in the namespace is killed, and the links, the
 namespace and the route (if this made it) are removed.
 
+``net_hosts`` makes several such hosts for a cluster: each has its own link to this host
+(for clients) and a link to a bridge the hosts share (for the nodes' own traffic), with a
+name of its own on that bridge in every host's ``/etc/hosts`` (``ip netns exec`` mounts
+``/etc/netns/NAME/hosts`` there). Cutting a host's ``peer`` link parts it from the others
+while its clients still reach it.
+
 Needs root and iproute2's ``ip``: skipped without them, failed under ``CI=true``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import shutil
 import signal
 import subprocess
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -29,6 +37,9 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
 SUBNET = "10.213.0.0/16"
+# The third octet of each link's /30, from one drawn per process: two runs at once (CI and
+# a developer's) rarely share one.
+_OCTETS = itertools.count(os.getpid() % 25 * 8)
 UNREACHABLE_METRIC = "4000"
 IP_TIMEOUT_S = 20.0
 
@@ -68,6 +79,8 @@ class NetHost:
 
     name: str
     links: tuple[Link, ...]
+    peer: Link | None = None  # its link to the hosts' shared bridge (``net_hosts``)
+    hostname: str = ""  # its name on that bridge, in every host's /etc/hosts
 
     @property
     def exec(self) -> tuple[str, ...]:
@@ -92,11 +105,10 @@ def net_host(tag: str, *, links: int) -> Iterator[NetHost]:
     """Make a namespace ``acemq-<tag>`` with ``links`` veth links; remove it all after.
 
     ``tag`` (a few letters and digits) keeps the names of concurrent tests apart; the
-    subnets come from the process id, so two runs at once do not share one.
+    subnets are counted from one drawn by the process id.
     """
     _require()
     name = f"acemq-{tag}"
-    base = os.getpid() % 60 * 4  # the third octet of this run's first link
     made: list[Link] = []
     added_route = False
     ip("netns", "del", name, check=False)  # one a killed run left behind
@@ -107,7 +119,7 @@ def net_host(tag: str, *, links: int) -> Iterator[NetHost]:
             added_route = True
         ip("-n", name, "link", "set", "lo", "up")
         for index in range(links):
-            octet = base + index
+            octet = next(_OCTETS) % 200  # 200 and up: the bridges'
             link = Link(
                 namespace=name,
                 host_end=f"ac{tag}{index}h"[:15],
@@ -131,6 +143,61 @@ def net_host(tag: str, *, links: int) -> Iterator[NetHost]:
         ip("netns", "del", name, check=False)
         if added_route:
             ip("route", "del", "unreachable", SUBNET, "metric", UNREACHABLE_METRIC, check=False)
+
+
+@contextlib.contextmanager
+def net_hosts(tag: str, *, count: int) -> Iterator[tuple[NetHost, ...]]:
+    """Make ``count`` test hosts with a client link each and a shared bridge; remove all after.
+
+    Host ``i`` is ``acemq-<tag><i>``, named ``<tag><i>`` on the bridge.
+    """
+    _require()
+    bridge = f"ac{tag}br"[:15]
+    lan = 200 + os.getpid() % 50  # the bridge's /24: 10.213.<lan>.0
+    names = [f"{tag}{index + 1}" for index in range(count)]
+    hosts_file = "127.0.0.1 localhost\n" + "".join(
+        f"10.213.{lan}.{index + 1} {name}\n" for index, name in enumerate(names)
+    )
+    folders = [Path("/etc/netns") / f"acemq-{name}" for name in names]
+    ip("link", "del", bridge, check=False)
+    ip("link", "add", bridge, "type", "bridge")
+    try:
+        ip("link", "set", bridge, "up")
+        with contextlib.ExitStack() as stack:
+            made = []
+            for index, (name, folder) in enumerate(zip(names, folders, strict=True)):
+                folder.mkdir(parents=True, exist_ok=True)
+                (folder / "hosts").write_text(hosts_file, encoding="utf-8")
+                host = stack.enter_context(net_host(name, links=1))
+                peer = Link(
+                    namespace=host.name,
+                    host_end=f"ac{name}ph"[:15],
+                    inside_end=f"ac{name}pn"[:15],
+                    host_address="",
+                    inside_address=f"10.213.{lan}.{index + 1}",
+                )
+                ip("link", "del", peer.host_end, check=False)
+                ip("link", "add", peer.host_end, "type", "veth", "peer", "name", peer.inside_end)
+                stack.callback(ip, "link", "del", peer.host_end, check=False)
+                ip("link", "set", peer.inside_end, "netns", host.name)
+                ip("link", "set", peer.host_end, "master", bridge)
+                ip("link", "set", peer.host_end, "up")
+                ip(
+                    "-n",
+                    host.name,
+                    "addr",
+                    "add",
+                    f"{peer.inside_address}/24",
+                    "dev",
+                    peer.inside_end,
+                )
+                ip("-n", host.name, "link", "set", peer.inside_end, "up")
+                made.append(NetHost(name=host.name, links=host.links, peer=peer, hostname=name))
+            yield tuple(made)
+    finally:
+        ip("link", "del", bridge, check=False)
+        for folder in folders:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _kill_inside(name: str) -> None:
