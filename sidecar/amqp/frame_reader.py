@@ -249,6 +249,11 @@ class FrameReader:
 
     def _on_method(self, number: int, payload: bytes, buffer: bytes, at: int) -> None:
         """Hand a method frame on; the whole frame (from ``at`` in ``buffer``) only if asked."""
+        if len(payload) < METHOD.size:
+            raise FrameError(
+                f"a method frame of {len(payload)} bytes on channel {number}: too short for"
+                " its class and method ids"
+            )
         owners = self._owners
         if number == 0:
             if owners.control is None:

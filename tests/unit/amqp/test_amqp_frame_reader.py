@@ -158,3 +158,17 @@ def test_a_large_frame_in_many_reads_is_read_once_it_is_whole() -> None:
         reader.feed(data[at : at + chunk])
     assert channel.calls[-1] == ("body", b"x" * 2**20)
     assert reads <= 4, f"{reads} reads of the frames for {len(data) // chunk + 1} reads"
+
+
+@pytest.mark.parametrize("size", [0, 1, 2, 3])
+@pytest.mark.parametrize("number", [0, 1])
+def test_a_method_frame_too_short_for_its_method_id_is_a_frame_error(
+    size: int, number: int
+) -> None:
+    """A method's payload begins with its class and method ids, four bytes: less is 501."""
+    reader, _, channel = reading()
+    frame = HEADER.pack(1, number, size) + b"\x00" * size + b"\xce"
+    with pytest.raises(FrameError, match=f"method frame of {size} bytes") as raised:
+        reader.feed(frame)
+    assert raised.value.reply_code == 501
+    assert channel.calls == []
