@@ -7,8 +7,10 @@ quarantines the message instead of the connection dropping on every redelivery; 
 one too large to read (the frame reader passed over it): its delivery carries an
 :class:`UnreadHeader` and the body, no properties and no headers. Frames out of order are
 an :class:`UnexpectedFrameError` (505), body frames past the size the header announced a
-:class:`FrameError`. A body is held once: the body frames are copied, as they arrive, into
-one buffer of the announced size, which the delivery then carries. A body the channel
+:class:`FrameError`, and so is a header announcing a body to hold over ``BODY_SIZE_MAX``
+(no RabbitMQ sends one). A body is held once: the body frames are appended, as they
+arrive, to one buffer, which the delivery then carries; it takes memory as its bytes come,
+not at its header. A body the channel
 passes through (``passes``: over its consumer's ``max_body_bytes``, or a return of a body
 it published that way) is not held at all: the message is whole at its header, with a
 :class:`~sidecar.amqp.stream.BodyStream` that the body frames are fed to. No I/O.
@@ -39,7 +41,11 @@ from sidecar.wire import (
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["Content", "ContentReader", "delivery_of"]
+__all__ = ["BODY_SIZE_MAX", "Content", "ContentReader", "delivery_of"]
+
+# RabbitMQ's largest max_message_size (512 MiB): a larger body announced to be held is no
+# broker's, and a buffer is never grown past it.
+BODY_SIZE_MAX: Final = 512 * 1024 * 1024
 
 
 def delivery_of(
@@ -111,7 +117,7 @@ class ContentReader:
         self._method: BasicDeliver | BasicReturn | None = None
         self._header: ContentHeader | None = None
         self._unread: UnreadHeader | None = None
-        self._body = bytearray()  # the body being received, at its announced size
+        self._body = bytearray()  # the body being received, as long as its bytes so far
         self._received = 0
         self.stream: BodyStream | None = None  # the body passing through now
         # The body size the last delivery's content header announced (None after a
@@ -151,7 +157,13 @@ class ContentReader:
         if self._passes(self._method, header.body_size):
             self.stream = BodyStream(header.body_size, resume=self._resume)
             return Content(self._method, header, b"", self._unread, self.stream)
-        self._body = bytearray(header.body_size)
+        if header.body_size > BODY_SIZE_MAX:
+            raise FrameError(
+                f"channel {self._number}: a content header announcing a body of"
+                f" {header.body_size} bytes, over the {BODY_SIZE_MAX} a message may have"
+                " (RabbitMQ's largest max_message_size)"
+            )
+        self._body = bytearray()
         return None
 
     def pass_through(self, payload: memoryview) -> bool:
@@ -194,7 +206,7 @@ class ContentReader:
                 f"channel {self._number}: body frames of {end} bytes or more, over the"
                 f" {header.body_size} its content header announced"
             )
-        self._body[start:end] = payload
+        self._body += payload
         if end < header.body_size:
             return None
         return self._finish(self._body)
