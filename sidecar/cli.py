@@ -110,7 +110,7 @@ def _run(file: str, *, log_level: str | None) -> int:
     from prometheus_client import CollectorRegistry  # noqa: PLC0415
 
     from sidecar.clock import Clock  # noqa: PLC0415
-    from sidecar.observe import configure  # noqa: PLC0415
+    from sidecar.observe import TracingUnavailableError, configure  # noqa: PLC0415
     from sidecar.route_files import load_config  # noqa: PLC0415
     from sidecar.service import Service  # noqa: PLC0415
 
@@ -121,15 +121,19 @@ def _run(file: str, *, log_level: str | None) -> int:
         return EXIT_USAGE
     # The command line (or ACEMQ_LOG_LEVEL) wins over the file's log_level; INFO otherwise.
     configure(level=log_level or route_map.log_level or "INFO")
-    service = Service(
-        route_map,
-        config_path=Path(file),
-        env=os.environ,
-        registry=CollectorRegistry(),
-        clock=Clock.system(),
-        new_id=_new_id,
-        rng=random.Random(),  # noqa: S311 - backoff jitter, not security
-    )
+    try:
+        service = Service(
+            route_map,
+            config_path=Path(file),
+            env=os.environ,
+            registry=CollectorRegistry(),
+            clock=Clock.system(),
+            new_id=_new_id,
+            rng=random.Random(),  # noqa: S311 - backoff jitter, not security
+        )
+    except TracingUnavailableError as e:
+        print(e, file=sys.stderr)
+        return EXIT_USAGE
     tune_collector()
     try:
         return _run_loop(service.run())

@@ -19,7 +19,14 @@ from sidecar import __version__, startup_signals
 from sidecar.contract import CONTRACT_VERSION
 from sidecar.dialer import Dialer
 from sidecar.errors import ConfigError
-from sidecar.observe import HealthServer, Metrics, ReloadResult, liveness, readiness
+from sidecar.observe import (
+    HealthServer,
+    Metrics,
+    ReloadResult,
+    liveness,
+    readiness,
+    start_tracing,
+)
 from sidecar.relay import RouteFleet, first_of, sleep_unless
 from sidecar.route_files import RouteMapFile
 from sidecar.routemap import plan_reload
@@ -46,6 +53,7 @@ CONFIG_POLL_S = 2.0  # how often a changed route map file is noticed (SIGHUP is 
 TICK_S = 5.0
 SHUTDOWN_SLACK_S = 10.0  # beyond shutdown_grace_s: cancelling consumers, closing channels
 LIVENESS_STALE_S = 60.0  # an event loop blocked this long fails /healthz
+TRACE_FLUSH_S = 2.0  # at exit, the queued spans' export is awaited at most this long
 
 
 class Service:
@@ -82,8 +90,11 @@ class Service:
         self._reload = asyncio.Event()
         self._connected = False
         self._last_tick = clock.monotonic()
+        self._tracing = tracing = start_tracing(  # None: off
+            route_map.tracing, env=env, metrics=self._metrics, version=__version__
+        )
         self._fleet = RouteFleet(
-            route_map, metrics=self._metrics, clock=clock, new_id=new_id, rng=rng
+            route_map, metrics=self._metrics, clock=clock, new_id=new_id, rng=rng, tracing=tracing
         )
         self._dialer = Dialer(route_map.broker.addresses, stop=self._stop, rng=rng)
         # The address in use (None while not connected): its login is what the workers
@@ -161,6 +172,8 @@ class Service:
             for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 loop.remove_signal_handler(signum)
             self._health.stop()
+            if self._tracing is not None:
+                self._tracing.shutdown(timeout_s=TRACE_FLUSH_S)
         log.info("acemq-sidecar stopped")
         return 0
 
@@ -225,7 +238,7 @@ class Service:
         if plan.broker_changed:
             log.warning("config reload: broker settings take effect at the next reconnect")
         if plan.http_changed:
-            log.warning("config reload: http and metrics settings take effect at the next start")
+            log.warning("config reload: http, metrics, tracing settings apply at the next start")
         self._route_map = new_map
         self._fleet.apply(plan, route_map=new_map)
         self._metrics.count_reload(ReloadResult.APPLIED)

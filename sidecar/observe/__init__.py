@@ -12,16 +12,32 @@ from sidecar.observe.logs import LEVELS, configure, parse_level
 from sidecar.observe.metrics import Metrics, ReloadResult
 from sidecar.observe.probes import liveness, readiness
 from sidecar.observe.route_log import RouteLog
+from sidecar.observe.tracing import (
+    DeliveryTrace,
+    RouteTracer,
+    SendTrace,
+    Tracing,
+    TracingUnavailableError,
+    start_tracing,
+    tracing_wanted,
+)
 
 __all__ = [
     "LEVELS",
+    "DeliveryTrace",
     "HealthServer",
     "Metrics",
     "Probe",
     "ReloadResult",
     "RouteLog",
+    "RouteTracer",
+    "SendTrace",
+    "Tracing",
+    "TracingUnavailableError",
     "configure",
     "liveness",
     "parse_level",
     "readiness",
+    "start_tracing",
+    "tracing_wanted",
 ]

@@ -71,6 +71,10 @@ DRIFT_VIOLATIONS: tuple[tuple[str, str], ...] = (
 )
 
 
+# Why a span was not exported: the ``reason`` label of trace_spans_dropped_total.
+SPAN_DROP_REASONS = ("queue_full", "export_failed")
+
+
 class ReloadResult(StrEnum):
     """What a route map reload did; the values are the ``result`` label."""
 
@@ -86,6 +90,7 @@ class _RouteSeries:
     route_up: Gauge
     retried_copies: Counter
     dead_lettered: Counter
+    trace_context_invalid: Counter
 
 
 class Metrics:
@@ -157,6 +162,14 @@ class Metrics:
             ["route"],
             registry=registry,
         )
+        self._trace_context_invalid = Counter(
+            f"{PREFIX}trace_context_invalid_total",
+            "Staging messages whose traceparent header is not W3C trace context (tracing"
+            " on only): the header is ignored and relayed as it came, the message's span"
+            " starts a trace of its own. A rise names a producer writing it wrong.",
+            ["route"],
+            registry=registry,
+        )
         self._process = _ProcessSeries(registry, version=version, contract=contract)
         self._routes: dict[str, _RouteSeries] = {}
         # Messages in flight per route: a plain int the in_flight gauge reads at scrape
@@ -182,6 +195,7 @@ class Metrics:
         self._route_up.remove(route)
         self._retried_copies.remove(route)
         self._dead_lettered.remove(route)
+        self._trace_context_invalid.remove(route)
         self._drift.remove_route(route)
 
     def observe_message(self, route: str, outcome: Outcome, seconds: float) -> None:
@@ -233,6 +247,15 @@ class Metrics:
         """Read ``broker_blocked`` from ``is_blocked`` at every scrape (from any thread)."""
         self._process.watch_broker_blocked(is_blocked)
 
+    def count_trace_context_invalid(self, route: str) -> None:
+        """Count one message of ``route`` whose traceparent is not trace context."""
+        series = self._routes.get(route) or self._series(route)
+        series.trace_context_invalid.inc()
+
+    def count_spans_dropped(self, reason: str, count: int) -> None:
+        """Count spans not exported, by ``reason`` (from the export thread too: locked)."""
+        self._process.count_spans_dropped(reason, count)
+
     def count_reconnect(self) -> None:
         """Count one connection re-established after a loss."""
         self._process.count_reconnect()
@@ -251,6 +274,7 @@ class Metrics:
             route_up=self._route_up.labels(route),
             retried_copies=self._retried_copies.labels(route),
             dead_lettered=self._dead_lettered.labels(route),
+            trace_context_invalid=self._trace_context_invalid.labels(route),
         )
         counts = self._in_flight_counts
         counts[route] = 0
@@ -374,6 +398,15 @@ class _ProcessSeries:
         )
         build_info.labels(version=version, contract=contract).set(1)
         self._reloads = {result: reloads.labels(result=result) for result in ReloadResult}
+        dropped = Counter(
+            f"{PREFIX}trace_spans_dropped_total",
+            "Spans not exported (tracing on only), by reason: queue_full = the bounded export"
+            " queue was full (the collector is slower than the relay, or down), export_failed"
+            " = the collector did not take a batch. The relay never waits for the collector.",
+            ["reason"],
+            registry=registry,
+        )
+        self._dropped = {reason: dropped.labels(reason=reason) for reason in SPAN_DROP_REASONS}
 
     def set_broker_connected(self, *, connected: bool) -> None:
         """Record whether the AMQP connection is open."""
@@ -390,3 +423,7 @@ class _ProcessSeries:
     def count_reload(self, result: ReloadResult) -> None:
         """Count one route map reload with its result."""
         self._reloads[result].inc()
+
+    def count_spans_dropped(self, reason: str, count: int) -> None:
+        """Count ``count`` spans not exported for ``reason``."""
+        self._dropped[reason].inc(count)

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from sidecar.clock import Clock
-    from sidecar.observe import Metrics
+    from sidecar.observe import Metrics, RouteTracer
     from sidecar.routemap import Route
 
 __all__ = ["RouteContext"]
@@ -34,3 +34,4 @@ class RouteContext:
     clock: Clock
     new_id: Callable[[], str]
     rng: random.Random  # backoff jitter, not security
+    tracer: RouteTracer | None = None  # None: tracing off (one attribute check per delivery)

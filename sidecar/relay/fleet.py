@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
     from sidecar.amqp import RelayConnection
     from sidecar.clock import Clock
-    from sidecar.observe import Metrics
+    from sidecar.observe import Metrics, Tracing
     from sidecar.routemap import ReloadPlan, Route, RouteMap
 
 __all__ = ["RouteFleet"]
@@ -48,8 +48,10 @@ class RouteFleet:
         clock: Clock,
         new_id: Callable[[], str],
         rng: random.Random,
+        tracing: Tracing | None = None,
     ) -> None:
         self._route_map = route_map  # the map the workers run with, replaced by a reload
+        self._tracing = tracing  # None: off
         self._metrics = metrics
         self._clock = clock
         self._new_id = new_id
@@ -144,15 +146,20 @@ class RouteFleet:
         assert self._session is not None  # noqa: S101 - only called inside a session
         assert self._connection is not None  # noqa: S101
         assert self._publishing is not None  # noqa: S101
+        quarantine_exchange = self._route_map.quarantine_exchange
+        tracing = self._tracing
         worker = RouteWorker(
             RouteContext(
                 route=route,
-                quarantine_exchange=self._route_map.quarantine_exchange,
+                quarantine_exchange=quarantine_exchange,
                 login=self._login,
                 metrics=self._metrics,
                 clock=self._clock,
                 new_id=self._new_id,
                 rng=self._rng,
+                tracer=None
+                if tracing is None
+                else tracing.for_route(route, quarantine_exchange=quarantine_exchange),
             )
         )
         task = self._session.create_task(

@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from collections.abc import Coroutine
 
     from sidecar.amqp import AckChannel, BodyStream, RelayConnection
-    from sidecar.observe import RouteLog
+    from sidecar.observe import DeliveryTrace, RouteLog
     from sidecar.relay.context import RouteContext
     from sidecar.relay.lane import PublishLane
     from sidecar.relay.state import HeldDelivery, RouteState
@@ -99,6 +99,7 @@ class Settler:
         )
         self._lane: PublishLane | None = None
         self._connection: RelayConnection | None = None
+        self._tracer = context.tracer
 
     def attach(self, connection: RelayConnection, lane: PublishLane) -> None:
         """Publish on ``lane`` from now on, and watch ``connection`` for a broker's block."""
@@ -110,20 +111,37 @@ class Settler:
 
         The plan is made once, here. A held delivery stays unacked and is published again
         after the step's wait (a requeue would spend a quorum queue's delivery); a publish
-        without a confirm is never sent twice.
+        without a confirm is never sent twice. A delivery traced (tracing on, sampled) is
+        settled as a task, its span told each step.
         """
         held = self._sink.begin(delivery)
         started = self.monotonic()
+        trace = None if self._tracer is None else self._start_trace(delivery)
         try:
             step = begin(delivery, self._target, now_ms=self._clock.now_ms(), new_id=self._new_id)
             if step.events:
-                self._sink.observe(step.events, delivery, held)
-            if self._fast.publish(consumer, delivery, step, held, started=started):
+                self._observe(step, delivery, held, trace)
+            if trace is None and self._fast.publish(
+                consumer, delivery, step, held, started=started
+            ):
                 return None
         except Exception as e:  # noqa: BLE001 - a bug must not reach the frame handler
+            if trace is not None:
+                trace.end(None)
             return self._sink.give_back(consumer, held, BUG_REASON, bug=e)
         queued = self._fast.queue(step)  # no later copy overtakes it
-        return self.settle_from(consumer, delivery, held, step, started=started, queued=queued)
+        return self.settle_from(
+            consumer, delivery, held, step, started=started, queued=queued, trace=trace
+        )
+
+    def _start_trace(self, delivery: Delivery) -> DeliveryTrace | None:
+        """Start the delivery's span; None when not sampled (or tracing failed: logged)."""
+        assert self._tracer is not None  # noqa: S101 - only called with tracing on
+        try:
+            return self._tracer.start(delivery)
+        except Exception:  # a bug in tracing must not hold a delivery
+            log.exception("route %s: the delivery's span could not start", self.route.name)
+            return None
 
     async def settle_from(
         self,
@@ -134,8 +152,12 @@ class Settler:
         *,
         started: float,
         queued: Queued | None = None,
+        trace: DeliveryTrace | None = None,
     ) -> None:
-        """Carry out a delivery's steps from ``step`` (its events observed) until settled."""
+        """Carry out a delivery's steps from ``step`` (its events observed) until settled.
+
+        ``trace``: the delivery's span, told each publish and ended with the last action.
+        """
         # A body over max_body_bytes: its frames wait on the connection for the publish
         # that takes them, or are dropped at the end if none did.
         stream = consumer.passing_body(delivery.delivery_tag) if delivery.unread_body else None
@@ -151,6 +173,7 @@ class Settler:
                 started=started,
                 stream=stream,
                 queued=queued,
+                trace=trace,
             )
         except MissingEntityError as e:
             # The passive checks of a reopen say when it exists again; till then the
@@ -165,6 +188,8 @@ class Settler:
                 queued()
             if stream is not None:
                 stream.discard()
+            if trace is not None:
+                trace.end(None)  # left unsettled, unless its last action ended it
             self._sink.finished(held)
 
     async def _carry_out(
@@ -178,6 +203,7 @@ class Settler:
         started: float,
         stream: BodyStream | None,
         queued: Queued | None,
+        trace: DeliveryTrace | None,
     ) -> None:
         """Carry out each action of the settle step, from ``step`` to the last one."""
         route = self.route
@@ -199,6 +225,7 @@ class Settler:
                             line=self._line,
                             ticket=ticket,
                             stream=stream,
+                            trace=trace,
                         )
                         if not isinstance(answer, Blocked):
                             ticket = None  # it left the line as its publish started
@@ -231,12 +258,22 @@ class Settler:
                         step = then
                     case _:
                         await self._finish(consumer, delivery, held, action, started=started)
+                        if trace is not None:
+                            trace.end(action)
                         return
                 if step.events:
-                    self._sink.observe(step.events, delivery, held)
+                    self._observe(step, delivery, held, trace)
         finally:
             if ticket is not None:  # it left without publishing
                 self._line.leave(ticket)
+
+    def _observe(
+        self, step: Step, delivery: Delivery, held: HeldDelivery, trace: DeliveryTrace | None
+    ) -> None:
+        """Hand what the step saw to the sink, and to the delivery's span when traced."""
+        self._sink.observe(step.events, delivery, held)
+        if trace is not None:
+            trace.saw(step.events)
 
     async def _wait(
         self, consumer: AckChannel, action: Wait | WaitUnblocked, ticket: Ticket | None
@@ -325,6 +362,46 @@ def _target_of(context: RouteContext) -> Target:
 
 
 async def publish_answer(
+    publisher: PlanPublisher,
+    lane: PublishLane,
+    delivery: Delivery,
+    publish: Publish,
+    held: HeldDelivery,
+    *,
+    consumer: AckChannel,
+    stop: asyncio.Event,
+    connection: RelayConnection | None,
+    line: UnblockLine,
+    ticket: Ticket | None = None,
+    stream: BodyStream | None = None,
+    trace: DeliveryTrace | None = None,
+) -> Answer:
+    """Publish once; return the broker's answer, told to ``trace``'s send span when traced.
+
+    A target copy may go with the send span as its traceparent (``tracing.traceparent``).
+    """
+    send = None if trace is None else trace.send(publish.plan)
+    if send is not None and send.plan is not publish.plan:
+        publish = Publish(send.plan, alone=publish.alone)
+    answer = await _answer(
+        publisher,
+        lane,
+        delivery,
+        publish,
+        held,
+        consumer=consumer,
+        stop=stop,
+        connection=connection,
+        line=line,
+        ticket=ticket,
+        stream=stream,
+    )
+    if send is not None:
+        send.answered(answer)
+    return answer
+
+
+async def _answer(
     publisher: PlanPublisher,
     lane: PublishLane,
     delivery: Delivery,

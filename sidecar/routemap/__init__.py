@@ -26,6 +26,9 @@ from sidecar.routemap.model import (
     RouteLimits,
     RouteMap,
     TlsConfig,
+    TraceLink,
+    TraceParent,
+    TracingConfig,
 )
 from sidecar.routemap.parse import parse_route_map
 from sidecar.routemap.reload_plan import ReloadPlan, plan_reload
@@ -47,6 +50,9 @@ __all__ = [
     "RouteLimits",
     "RouteMap",
     "TlsConfig",
+    "TraceLink",
+    "TraceParent",
+    "TracingConfig",
     "describe",
     "parse_route_map",
     "plan_reload",

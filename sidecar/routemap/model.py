@@ -28,6 +28,9 @@ __all__ = [
     "RouteLimits",
     "RouteMap",
     "TlsConfig",
+    "TraceLink",
+    "TraceParent",
+    "TracingConfig",
 ]
 
 
@@ -46,6 +49,20 @@ class LogLevel(StrEnum):
     WARNING = "WARNING"
     ERROR = "ERROR"
     CRITICAL = "CRITICAL"
+
+
+class TraceLink(StrEnum):
+    """How a delivery's process span relates to the producer's context in its headers."""
+
+    PARENT = "parent"  # the producer's span is its parent: one trace, producer to consumer
+    LINKS = "links"  # a trace of its own, with a link to the producer's span
+
+
+class TraceParent(StrEnum):
+    """The ``traceparent`` a relayed copy carries."""
+
+    KEEP = "keep"  # as the producer wrote it: an intermediary does not rewrite it
+    SEND_SPAN = "send_span"  # the sidecar's send span: consumers see the hop in their trace
 
 
 # --- the objects the relay uses ----------------------------------------------------------
@@ -133,6 +150,8 @@ class Route:
     # The staging queue has x-single-active-consumer (the platform's): the consumer is
     # never re-consumed, as a cancel would hand the active role to another replica.
     single_active_consumer: bool = False
+    # A violation's span event may carry the header's value as received (tracing only).
+    trace_header_values: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -140,6 +159,23 @@ class MetricsConfig:
     """How /metrics bounds its labels."""
 
     producers_per_route: int  # distinct producer labels per route; the rest count as other
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TracingConfig:
+    """The route map's ``tracing`` section; None in a field: the OTEL_* variable, else the SDK's.
+
+    Its spans and exporter are ``sidecar.observe.tracing``'s; this is only what the file says.
+    """
+
+    enabled: bool = True
+    endpoint: str | None = None  # the collector's base URL (OTEL_EXPORTER_OTLP_ENDPOINT)
+    protocol: str | None = None  # "http/protobuf" or "grpc" (OTEL_EXPORTER_OTLP_PROTOCOL)
+    sampler_ratio: float | None = None  # parent-based ratio (OTEL_TRACES_SAMPLER_ARG)
+    service_name: str | None = None  # OTEL_SERVICE_NAME wins over it
+    link: TraceLink = TraceLink.PARENT
+    traceparent: TraceParent = TraceParent.KEEP
+    max_queue_size: int = 2048  # spans waiting for export; more are dropped and counted
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -154,6 +190,7 @@ class RouteMap:
     shutdown_grace_s: float
     routes: tuple[Route, ...]
     log_level: LogLevel | None = None  # None: the command line's, else INFO
+    tracing: TracingConfig | None = None  # None: no tracing section (OTEL_* may still turn it on)
 
     def route(self, name: str) -> Route:
         """Return the route called ``name``; raise ``KeyError`` naming the known routes."""

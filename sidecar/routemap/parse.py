@@ -35,6 +35,7 @@ from sidecar.routemap.model import (
     RouteLimits,
     RouteMap,
     TlsConfig,
+    TracingConfig,
 )
 from sidecar.routemap.schema import DEFAULT_BROKER_URL, RouteMapFile, split_listen
 from sidecar.routemap.text import show
@@ -372,6 +373,18 @@ def _build(file: RouteMapFile) -> RouteMap:
         quarantine_exchange=file.quarantine.exchange,
         shutdown_grace_s=file.shutdown_grace_s,
         log_level=file.log_level,
+        tracing=None
+        if file.tracing is None
+        else TracingConfig(
+            enabled=file.tracing.enabled,
+            endpoint=file.tracing.endpoint,
+            protocol=file.tracing.protocol,
+            sampler_ratio=file.tracing.sampler_ratio,
+            service_name=file.tracing.service_name,
+            link=file.tracing.link,
+            traceparent=file.tracing.traceparent,
+            max_queue_size=file.tracing.max_queue_size,
+        ),
         routes=tuple(
             Route(
                 name=route.name,
@@ -384,6 +397,7 @@ def _build(file: RouteMapFile) -> RouteMap:
                 prefetch=broker.prefetch if route.prefetch is None else route.prefetch,
                 limits=limits,
                 single_active_consumer=route.single_active_consumer,
+                trace_header_values=route.trace_header_values,
             )
             for route in file.routes
         ),

@@ -28,7 +28,7 @@ class ReloadPlan:
     start: tuple[Route, ...]  # in the new map only: add the series, start a worker
     restart: tuple[Route, ...]  # in both but different: drain the old worker, start the new
     broker_changed: bool  # applies at the next reconnect
-    http_changed: bool  # http or metrics settings: apply at the next start
+    http_changed: bool  # http, metrics or tracing settings: apply at the next start
 
 
 def plan_reload(old: RouteMap, new: RouteMap) -> ReloadPlan:
@@ -48,5 +48,7 @@ def plan_reload(old: RouteMap, new: RouteMap) -> ReloadPlan:
             if route.name in old_routes and (everything or old_routes[route.name] != route)
         ),
         broker_changed=new.broker != old.broker,
-        http_changed=new.http != old.http or new.metrics != old.metrics,
+        http_changed=new.http != old.http
+        or new.metrics != old.metrics
+        or new.tracing != old.tracing,
     )

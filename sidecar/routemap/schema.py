@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -32,6 +32,8 @@ from sidecar.routemap.model import (
     DEFAULT_NACK_MAX_S,
     LogLevel,
     Mode,
+    TraceLink,
+    TraceParent,
 )
 from sidecar.routemap.text import show
 from sidecar.routemap.yaml_source import ProblemError
@@ -229,6 +231,35 @@ class _RouteFile(_Strict):
     mode: Mode | None = None
     prefetch: _Prefetch | None = None
     single_active_consumer: bool = False
+    trace_header_values: bool = False
+
+
+def _otlp_endpoint(value: str | None) -> str | None:
+    if value is not None and not re.match(r"(?i)https?://[^/\s]", value):
+        raise PydanticCustomError(
+            "config_endpoint",
+            'expected the collector\'s URL, http:// or https://, e.g. "http://otel-collector:4318",'
+            " got {got}",
+            {"got": show(value)},
+        )
+    return value
+
+
+class _TracingFile(_Strict):
+    enabled: bool = True
+    endpoint: Annotated[
+        str | None,
+        AfterValidator(_otlp_endpoint),
+        WithJsonSchema({"type": ["string", "null"], "pattern": "^(?i:https?)://"}),
+    ] = None
+    protocol: Literal["http/protobuf", "grpc"] | None = None
+    sampler_ratio: Annotated[
+        float | None, Field(ge=0, le=1, allow_inf_nan=False), BeforeValidator(_refuse_bool)
+    ] = None
+    service_name: Annotated[str | None, AfterValidator(_optional_non_empty)] = None
+    link: TraceLink = TraceLink.PARENT
+    traceparent: TraceParent = TraceParent.KEEP
+    max_queue_size: Annotated[int, Field(ge=1, le=1_000_000), BeforeValidator(_refuse_bool)] = 2048
 
 
 def _at_least_one(routes: tuple[_RouteFile, ...]) -> tuple[_RouteFile, ...]:
@@ -250,6 +281,7 @@ class _RouteMapFile(_Strict):
     ] = 30.0
     routes: Annotated[tuple[_RouteFile, ...], AfterValidator(_at_least_one)]
     log_level: Annotated[LogLevel | None, BeforeValidator(_upper)] = None
+    tracing: _TracingFile | None = None
 
 
 # The models keep their private class names: they are the $defs names of the JSON Schema,

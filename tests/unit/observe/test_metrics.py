@@ -46,6 +46,7 @@ def route_series(route: str) -> list[tuple[str, dict[str, str]]]:
     series += [
         ("in_flight", {"route": route}),
         ("route_up", {"route": route}),
+        ("trace_context_invalid_total", {"route": route}),
         ("relay_seconds_count", {"route": route}),
         ("relay_seconds_sum", {"route": route}),
         ("relay_seconds_bucket", {"route": route, "le": "+Inf"}),
@@ -255,6 +256,9 @@ def test_process_wide_series(metrics: Metrics, registry: CollectorRegistry) -> N
     metrics.count_reload(ReloadResult.REFUSED)
     assert value(registry, "config_reloads_total", result="refused") == 1
     assert value(registry, "config_reloads_total", result="applied") == 0
+    assert value(registry, "trace_spans_dropped_total", reason="queue_full") == 0
+    metrics.count_spans_dropped("export_failed", 3)
+    assert value(registry, "trace_spans_dropped_total", reason="export_failed") == 3
 
 
 def test_remove_route_removes_its_series_only(
@@ -318,6 +322,8 @@ def test_only_the_documented_metric_names_exist(
         P + "retried_copies",
         P + "dead_lettered",
         P + "broker_blocked",
+        P + "trace_context_invalid",
+        P + "trace_spans_dropped",
     }
 
 

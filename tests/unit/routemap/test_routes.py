@@ -784,6 +784,7 @@ def test_json_schema_uses_the_file_keys() -> None:
         "mode",
         "prefetch",
         "single_active_consumer",
+        "trace_header_values",
     }
     assert route["additionalProperties"] is False
 

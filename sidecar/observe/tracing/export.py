@@ -1,0 +1,226 @@
+"""The OpenTelemetry SDK set up for the relay: sampler, resource, OTLP exporter, batch export.
+
+Configured the way every OpenTelemetry user expects (``OTEL_EXPORTER_OTLP_*``,
+``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_TRACES_SAMPLER(_ARG)``), a key
+set in the route map's ``tracing`` section winning over its variable. Spans are exported
+by the SDK's batch processor on a thread of its own, from a bounded queue: a collector that
+is down or slow costs the relay nothing but the spans, which are dropped and counted
+(``acemq_sidecar_trace_spans_dropped_total``). No global provider is installed. Imported
+only when tracing is on (``setup``).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Final
+
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.sampling import (
+    ALWAYS_OFF,
+    ALWAYS_ON,
+    DEFAULT_OFF,
+    DEFAULT_ON,
+    ParentBased,
+    Sampler,
+    TraceIdRatioBased,
+)
+
+from sidecar.observe.tracing.spans import SpanRouteTracer
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+
+    from opentelemetry.context import Context
+    from opentelemetry.sdk.trace import ReadableSpan, Span
+
+    from sidecar.routemap import Route, TracingConfig
+
+__all__ = ["SdkTracing", "exporter_for", "sampler_for"]
+
+DEFAULT_SERVICE_NAME: Final = "acemq-sidecar"
+SCOPE: Final = "acemq-sidecar.relay"
+
+
+def sampler_for(config: TracingConfig, env: Mapping[str, str]) -> Sampler:
+    """Return the sampler: the route map's ratio, parent-based; else ``OTEL_TRACES_SAMPLER``'s.
+
+    Without either, a parent-based ratio of ``OTEL_TRACES_SAMPLER_ARG`` (1.0 when unset).
+    """
+    if config.sampler_ratio is not None:
+        return ParentBased(TraceIdRatioBased(config.sampler_ratio))
+    name = env.get("OTEL_TRACES_SAMPLER", "").strip().lower() or "parentbased_traceidratio"
+    try:
+        ratio = float(env.get("OTEL_TRACES_SAMPLER_ARG", "1.0"))
+    except ValueError:
+        ratio = 1.0
+    ratio = min(max(ratio, 0.0), 1.0)
+    fixed = {
+        "always_on": ALWAYS_ON,
+        "always_off": ALWAYS_OFF,
+        "parentbased_always_on": DEFAULT_ON,
+        "parentbased_always_off": DEFAULT_OFF,
+    }
+    if name in fixed:
+        return fixed[name]
+    if name == "traceidratio":
+        return TraceIdRatioBased(ratio)
+    return ParentBased(TraceIdRatioBased(ratio))
+
+
+def exporter_for(config: TracingConfig, env: Mapping[str, str]) -> SpanExporter:
+    """Return the OTLP exporter: HTTP/protobuf unless the map or the environment says gRPC.
+
+    The route map's ``endpoint`` is a base URL, as ``OTEL_EXPORTER_OTLP_ENDPOINT`` is (the
+    HTTP exporter adds ``/v1/traces``); unset, the exporter reads the variables itself.
+    """
+    protocol = (
+        config.protocol
+        or env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+        or env.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+        or "http/protobuf"
+    ).strip()
+    if protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (  # noqa: PLC0415
+            OTLPSpanExporter as GrpcExporter,
+        )
+
+        endpoint = config.endpoint
+        return GrpcExporter(
+            endpoint=endpoint,
+            insecure=None if endpoint is None else endpoint.startswith("http://"),
+        )
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # noqa: PLC0415
+        OTLPSpanExporter as HttpExporter,
+    )
+
+    endpoint = None if config.endpoint is None else config.endpoint.rstrip("/") + "/v1/traces"
+    return HttpExporter(endpoint=endpoint)
+
+
+def _resource(config: TracingConfig, env: Mapping[str, str], version: str) -> Resource:
+    attributes: dict[str, str] = {"service.version": version}
+    named = env.get("OTEL_SERVICE_NAME") or "service.name=" in env.get(
+        "OTEL_RESOURCE_ATTRIBUTES", ""
+    )
+    if not named:
+        attributes["service.name"] = config.service_name or DEFAULT_SERVICE_NAME
+    return Resource.create(attributes)
+
+
+class _Counted(SpanExporter):
+    """The exporter, counting the spans it could not deliver and those it took off the queue."""
+
+    def __init__(self, inner: SpanExporter, queue: _CountedQueue) -> None:
+        self._inner = inner
+        self._queue = queue
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self._queue.taken(len(spans))
+        try:
+            result = self._inner.export(spans)
+        except Exception:  # noqa: BLE001 - the exporter's bug loses its batch, never the relay
+            result = SpanExportResult.FAILURE
+        if result is not SpanExportResult.SUCCESS:
+            self._queue.dropped("export_failed", len(spans))
+        return result
+
+    def shutdown(self) -> None:
+        self._inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self._inner.force_flush(timeout_millis)
+
+
+class _CountedQueue(SpanProcessor):
+    """The SDK's batch processor, counting what its bounded queue drops when it is full."""
+
+    def __init__(
+        self,
+        exporter: SpanExporter,
+        *,
+        max_queue_size: int,
+        dropped: Callable[[str, int], None],
+    ) -> None:
+        self._lock = threading.Lock()
+        self._queued = 0  # ended spans not yet taken by the exporter's thread
+        self._max = max_queue_size
+        self.dropped = dropped
+        self._batch = BatchSpanProcessor(
+            _Counted(exporter, self),
+            max_queue_size=max_queue_size,
+            max_export_batch_size=min(512, max_queue_size),
+        )
+
+    def taken(self, count: int) -> None:
+        with self._lock:
+            self._queued = max(0, self._queued - count)
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        pass
+
+    def on_end(self, span: ReadableSpan) -> None:
+        with self._lock:
+            full = self._queued >= self._max
+            if not full:
+                self._queued += 1
+        if full:  # the queue drops its oldest span to take this one
+            self.dropped("queue_full", 1)
+        self._batch.on_end(span)
+
+    def shutdown(self) -> None:
+        self._batch.shutdown()  # type: ignore[no-untyped-call]  # the SDK leaves it unannotated
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self._batch.force_flush(timeout_millis)
+
+
+class SdkTracing:
+    """The process's tracer provider and its export; a ``SpanRouteTracer`` per route."""
+
+    def __init__(
+        self,
+        config: TracingConfig,
+        *,
+        env: Mapping[str, str],
+        version: str,
+        invalid: Callable[[str], None],
+        dropped: Callable[[str, int], None],
+        exporter: SpanExporter | None = None,
+    ) -> None:
+        self.config = config
+        self._invalid = invalid
+        self.provider = TracerProvider(
+            sampler=sampler_for(config, env),
+            resource=_resource(config, env, version),
+            shutdown_on_exit=False,
+        )
+        self.provider.add_span_processor(
+            _CountedQueue(
+                exporter_for(config, env) if exporter is None else exporter,
+                max_queue_size=config.max_queue_size,
+                dropped=dropped,
+            )
+        )
+        self.tracer = self.provider.get_tracer(SCOPE, version)
+
+    def for_route(self, route: Route, *, quarantine_exchange: str) -> SpanRouteTracer:
+        """Return the tracer of ``route``."""
+        return SpanRouteTracer(
+            route,
+            tracer=self.tracer,
+            quarantine_exchange=quarantine_exchange,
+            link=self.config.link,
+            traceparent=self.config.traceparent,
+            invalid=self._invalid,
+        )
+
+    def _shutdown(self) -> None:
+        self.provider.shutdown()
+
+    def shutdown(self, *, timeout_s: float) -> None:
+        """Export what is queued, waiting at most ``timeout_s`` (the export thread is a daemon)."""
+        done = threading.Thread(target=self._shutdown, name="otel-shutdown", daemon=True)
+        done.start()
+        done.join(timeout_s)
