@@ -6,6 +6,7 @@ broker) with tracing on, and reads the spans the OpenTelemetry SDK exported.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import threading
 from collections.abc import Sequence
@@ -58,11 +59,10 @@ class Traced:
             route=route,
             tracer=tracing.for_route(route, quarantine_exchange=QUARANTINE),
         )
-        self.settler = Settler(
-            context, state=self.orders.state, log=self.orders.log, stop=_event()
-        )
+        self.settler = Settler(context, state=self.orders.state, log=self.orders.log, stop=_event())
 
     async def settle(self, answers: list[Any], message: Delivery) -> FakeChannel:
+        """Settle one delivery on a fake channel answering ``answers``; return the channel."""
         channel = FakeChannel(FakeBroker(answers=answers), 1)
         connection = channel.broker.connection(one_channel=channel)
         self.settler.attach(connection, PublishLane(connection, stop=_event()))
@@ -70,22 +70,23 @@ class Traced:
         return channel
 
     def spans(self) -> list[ReadableSpan]:
+        """Return every span exported so far."""
         self.tracing.provider.force_flush()
         return list(self.exporter.get_finished_spans())
 
     def by_name(self) -> dict[str, list[ReadableSpan]]:
+        """Return the exported spans by name."""
         out: dict[str, list[ReadableSpan]] = {}
         for span in self.spans():
             out.setdefault(span.name, []).append(span)
         return out
 
     def sample(self, name: str, labels: dict[str, str]) -> float | None:
+        """Return a metric sample of the route's registry."""
         return self.orders.registry.get_sample_value(name, labels)
 
 
-def _event() -> Any:
-    import asyncio  # noqa: PLC0415
-
+def _event() -> asyncio.Event:
     return asyncio.Event()
 
 
@@ -174,9 +175,7 @@ async def test_a_route_that_opts_in_shows_the_header_value_on_the_event() -> Non
 
 async def test_a_quarantined_message_shows_why_and_both_copies() -> None:
     traced = Traced()
-    channel = await traced.settle(
-        [PublishOutcome.RETURNED, PublishOutcome.CONFIRMED], delivery()
-    )
+    channel = await traced.settle([PublishOutcome.RETURNED, PublishOutcome.CONFIRMED], delivery())
     assert channel.acked == [7]
     spans = traced.by_name()
     (process,) = spans["process staging.orders"]
@@ -256,7 +255,9 @@ def test_the_destination_names_follow_the_rabbitmq_conventions() -> None:
     ],
 )
 def test_tracing_is_off_unless_asked_for(
-    config: TracingConfig | None, env: dict[str, str], on: bool
+    config: TracingConfig | None,
+    env: dict[str, str],
+    on: bool,  # noqa: FBT001 - a parameter of the table
 ) -> None:
     assert tracing_wanted(config, env) is on
 
@@ -269,7 +270,7 @@ class _Stuck(SpanExporter):
         self.batches = 0
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        self.batches += 1
+        self.batches += len(spans)
         self.release.wait(10)
         return SpanExportResult.FAILURE
 
