@@ -1,6 +1,6 @@
 """The sidecar's own CPU per message, without a broker: one route against a fake one.
 
-Usage: python bench/pipeline.py [--n N] [--repeat R]
+Usage: python bench/pipeline.py [--n N] [--repeat R] [--trace-ratio R]
 
 Runs a route's ``RouteWorker`` (the settler, the publish lane, the AMQP client's link and
 channels, the metrics: everything a delivery crosses but the socket) in this process,
@@ -13,8 +13,11 @@ fake broker itself spent (measured around its own work), then one JSON line.
 Run it with the Python of the build to measure (``/other/worktree/.venv/bin/python
 bench/pipeline.py``): it imports whichever ``sidecar`` that interpreter has.
 bench/ab.py --pipeline alternates two builds of it. On a busy machine the minimum over
-the drains is the figure to compare: contention only ever adds time. A benchmark, never a
-test.
+the drains is the figure to compare: contention only ever adds time. ``--trace-ratio R``
+turns tracing on with R of the deliveries sampled (``OTEL_TRACES_SAMPLER=traceidratio``:
+R of the producers' traces, each message of a trace of its own), the spans encoded as
+OTLP protobuf and dropped, not sent: the cost of the spans and their encoding, without a
+collector. A benchmark, never a test.
 """
 
 from __future__ import annotations
@@ -63,11 +66,20 @@ def frame(kind: int, channel: int, payload: bytes) -> bytes:
 
 
 def deliveries(n: int, channel: int) -> list[bytes]:
-    """The frames of n deliveries on a channel, delivery tags 1..n."""
+    """The frames of n deliveries on a channel, delivery tags 1..n.
+
+    Traced (``--trace-ratio``), each message is of a trace of its own, as producers make
+    them, so that a ratio samples that share of them.
+    """
     out = []
+    traces = random.Random(7)
     for i in range(n):
+        headers = headers_for(i)
+        if TRACE_RATIO:
+            trace_id, span_id = traces.getrandbits(128), traces.getrandbits(64)
+            headers["traceparent"] = f"00-{trace_id:032x}-{span_id:016x}-01"
         properties = spec.Basic.Properties(  # type: ignore[arg-type]
-            headers=headers_for(i), delivery_mode=2, message_id=f"m-{i}"
+            headers=headers, delivery_mode=2, message_id=f"m-{i}"
         )
         header = pamqp_header.ContentHeader(0, len(BODY), properties)
         deliver = spec.Basic.Deliver("acemq-sidecar.bench", i + 1, False, "", "staging")
@@ -240,6 +252,52 @@ def route_worker(route: Route, **context: object) -> RouteWorker:
     return RouteWorker(RouteContext(route=route, **context))  # type: ignore[call-arg]
 
 
+class _Encoded:
+    """An exporter that encodes each batch as OTLP protobuf, as OTLP's do, and drops it."""
+
+    def __init__(self) -> None:
+        from opentelemetry.exporter.otlp.proto.common.trace_encoder import (  # noqa: PLC0415
+            encode_spans,
+        )
+        from opentelemetry.sdk.trace.export import SpanExportResult  # noqa: PLC0415
+
+        self._encode = encode_spans
+        self._success = SpanExportResult.SUCCESS
+        self.spans = 0
+
+    def export(self, spans: list[object]) -> object:
+        self.spans += len(spans)
+        self._encode(spans).SerializeToString()
+        return self._success
+
+    def shutdown(self) -> None:
+        pass
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:  # noqa: ARG002
+        return True
+
+
+TRACE_RATIO: list[float] = []  # set by --trace-ratio: tracing on, this share sampled
+
+
+def _tracer(route: Route, metrics: Metrics) -> tuple[Any, Any]:
+    """Return the route's tracer and the tracing it belongs to, or (None, None) when off."""
+    if not TRACE_RATIO:
+        return None, None
+    from opentelemetry.sdk.trace.export import SpanExporter  # noqa: PLC0415
+
+    from sidecar.observe import start_tracing  # noqa: PLC0415
+    from sidecar.routemap import TracingConfig  # noqa: PLC0415
+
+    exporter = type("Encoded", (_Encoded, SpanExporter), {})()
+    env = {"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": str(TRACE_RATIO[0])}
+    tracing = start_tracing(
+        TracingConfig(), env=env, metrics=metrics, version="bench", exporter=exporter
+    )
+    assert tracing is not None  # noqa: S101
+    return tracing.for_route(route, quarantine_exchange="quarantine"), tracing
+
+
 async def drain(n: int) -> dict[str, float]:
     """Drain n messages through one route; return the CPU per message, ours and the fake's."""
     install_codec()
@@ -261,8 +319,11 @@ async def drain(n: int) -> dict[str, float]:
     )
     metrics = Metrics(CollectorRegistry(), version="bench", contract="1.1")
     metrics.add_route(route.name)
+    tracer, tracing = _tracer(route, metrics)
+    traced = {} if tracer is None else {"tracer": tracer}
     worker = route_worker(
         route,
+        **traced,
         quarantine_exchange="quarantine",
         login="guest",
         metrics=metrics,
@@ -272,6 +333,8 @@ async def drain(n: int) -> dict[str, float]:
     )
     task = asyncio.create_task(worker.run(connection, grace_s=5.0), name="route:bench")  # type: ignore[arg-type]
     await asyncio.wait_for(asyncio.shield(broker.done), timeout=600)
+    if tracing is not None:
+        tracing.provider.force_flush()  # every span encoded before the clock is read
     end = time.process_time()
     assert broker.started is not None  # noqa: S101
     worker.request_stop()
@@ -395,6 +458,7 @@ def main() -> None:
     parser.add_argument("--a", help="compare: the baseline build's python")
     parser.add_argument("--b", default=sys.executable, help="compare: the other build's python")
     parser.add_argument("--pairs", type=int, default=20)
+    parser.add_argument("--trace-ratio", type=float, help="tracing on, this share sampled")
     parser.add_argument(
         "--instructions",
         action="store_true",
@@ -407,6 +471,8 @@ def main() -> None:
     if args.a:
         compare(args.a, args.b, n=args.n, pairs=args.pairs)
         return
+    if args.trace_ratio is not None:
+        TRACE_RATIO.append(args.trace_ratio)
     run = _loop_runner()
     _tune_collector()
     if args.serve:

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from collections.abc import Coroutine
 
     from sidecar.amqp import AckChannel, RelayConnection
+    from sidecar.observe import DeliveryTrace, SendTrace
     from sidecar.relay.lane import PublishLane, Shared
     from sidecar.relay.sink import RouteSink
     from sidecar.relay.state import HeldDelivery
@@ -121,6 +122,7 @@ class SlowPath(Protocol):
         step: Step,
         *,
         started: float,
+        trace: DeliveryTrace | None = None,
     ) -> Coroutine[Any, Any, None]:
         """Carry out the rest of a delivery's steps, from ``step`` (its events observed)."""
 
@@ -164,8 +166,12 @@ class FastPass:
         held: HeldDelivery,
         *,
         started: float,
+        trace: DeliveryTrace | None = None,
     ) -> bool:
-        """Publish the step's copy now if nothing stands in the way; False: it did not."""
+        """Publish the step's copy now if nothing stands in the way; False: it did not.
+
+        ``trace``: the delivery's span (tracing on, sampled), given the copy's send span.
+        """
         action, lane = step.action, self.lane
         if not isinstance(action, Publish) or action.alone or lane is None:
             return False
@@ -183,6 +189,8 @@ class FastPass:
             self, consumer=consumer, delivery=delivery, step=step, held=held, started=started
         )
         pending.shared, pending.lane = shared, lane
+        if trace is not None:
+            plan = _traced(pending, trace, plan)
         try:
             sent = shared.publisher.publish_now(
                 delivery.body,
@@ -197,6 +205,8 @@ class FastPass:
             sent = False
         if not sent:
             lane.release_now(shared, answered=False)
+            if pending.send is not None:
+                pending.send.unsent()  # the task path publishes it, in a span of its own
             return False
         self._pending[pending] = started
         if self._sweep_due is None:
@@ -256,6 +266,14 @@ class Queued:
             fast.queued -= 1
 
 
+def _traced(pending: _Pending, trace: DeliveryTrace, plan: Copy) -> Copy:
+    """Start the copy's send span; return the copy to publish (it may carry the span)."""
+    send = trace.send(plan)
+    pending.trace, pending.send = trace, send
+    published = send.plan
+    return published if isinstance(published, Copy) else plan
+
+
 class _Pending:
     """One delivery published by the fast pass, waiting for its confirm."""
 
@@ -266,9 +284,11 @@ class _Pending:
         "held",
         "is_slow",
         "lane",
+        "send",
         "shared",
         "started",
         "step",
+        "trace",
     )
 
     shared: Shared  # the channel it went on, and the lane that channel is of
@@ -287,6 +307,8 @@ class _Pending:
         self.fast, self.consumer, self.delivery = fast, consumer, delivery
         self.step, self.held, self.started = step, held, started
         self.is_slow = False
+        self.trace: DeliveryTrace | None = None  # tracing on and sampled: its spans
+        self.send: SendTrace | None = None
 
     def slow(self) -> None:
         """Hold the delivery: its confirm is slower than the limit (it is still awaited)."""
@@ -302,7 +324,16 @@ class _Pending:
         try:
             self._settle(fast, result)
         except Exception as e:  # noqa: BLE001 - a bug must not reach the frame handler
+            if self.trace is not None:
+                self.trace.end(None)
             fast.spawn(fast.sink.give_back(self.consumer, self.held, BUG_REASON, bug=e))
+
+    def _missing(self, fast: FastPass, missing: MissingEntityError) -> None:
+        """Pause the route: what the copy went to is missing (its span says so)."""
+        if (trace := self.trace) is not None:
+            _answered(self.send, Refused(404, str(missing)))
+            trace.end(None)
+        fast.spawn(fast.sink.give_back(self.consumer, self.held, str(missing)))
 
     def _settle(self, fast: FastPass, result: PublishOutcome | BaseException) -> None:
         lane, shared = self.lane, self.shared
@@ -318,8 +349,11 @@ class _Pending:
                 else answer_of_error(result, gone=fast.gone(lane))
             )
         except MissingEntityError as missing:
-            fast.spawn(fast.sink.give_back(consumer, held, str(missing)))
+            self._missing(fast, missing)
             return
+        trace = self.trace
+        if trace is not None:
+            _answered(self.send, answer)
         attempt = self.step.attempt
         step = after(
             attempt,
@@ -333,12 +367,24 @@ class _Pending:
         )
         if step.events:
             fast.sink.observe(step.events, delivery, held)
+            if trace is not None:
+                trace.saw(step.events)
         action = step.action
         if isinstance(action, Ack):
             acked = consumer.try_ack(delivery.delivery_tag)
             if acked is not None:
                 if acked:
                     fast.sink.acked(action.outcome, started=self.started, held=held)
+                if trace is not None:
+                    trace.end(action if acked else None)
                 fast.sink.finished(held)
                 return
-        fast.spawn(slow.settle_from(consumer, delivery, held, step, started=self.started))
+        fast.spawn(
+            slow.settle_from(consumer, delivery, held, step, started=self.started, trace=trace)
+        )
+
+
+def _answered(send: SendTrace | None, answer: Answer) -> None:
+    """End the copy's send span with the broker's answer."""
+    if send is not None:
+        send.answered(answer)

@@ -111,8 +111,8 @@ class Settler:
 
         The plan is made once, here. A held delivery stays unacked and is published again
         after the step's wait (a requeue would spend a quorum queue's delivery); a publish
-        without a confirm is never sent twice. A delivery traced (tracing on, sampled) is
-        settled as a task, its span told each step.
+        without a confirm is never sent twice. A delivery traced (tracing on, sampled) has
+        its span told each step, on either path.
         """
         held = self._sink.begin(delivery)
         started = self.monotonic()
@@ -121,9 +121,7 @@ class Settler:
             step = begin(delivery, self._target, now_ms=self._clock.now_ms(), new_id=self._new_id)
             if step.events:
                 self._observe(step, delivery, held, trace)
-            if trace is None and self._fast.publish(
-                consumer, delivery, step, held, started=started
-            ):
+            if self._fast.publish(consumer, delivery, step, held, started=started, trace=trace):
                 return None
         except Exception as e:  # noqa: BLE001 - a bug must not reach the frame handler
             if trace is not None:

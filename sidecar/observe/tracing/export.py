@@ -17,17 +17,9 @@ from typing import TYPE_CHECKING, Final
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
-from opentelemetry.sdk.trace.sampling import (
-    ALWAYS_OFF,
-    ALWAYS_ON,
-    DEFAULT_OFF,
-    DEFAULT_ON,
-    ParentBased,
-    Sampler,
-    TraceIdRatioBased,
-)
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 
-from sidecar.observe.tracing.spans import SpanRouteTracer
+from sidecar.observe.tracing.spans import Sampling, SpanRouteTracer
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -37,36 +29,30 @@ if TYPE_CHECKING:
 
     from sidecar.routemap import Route, TracingConfig
 
-__all__ = ["SdkTracing", "exporter_for", "sampler_for"]
+__all__ = ["SdkTracing", "exporter_for", "sampling_for"]
 
 DEFAULT_SERVICE_NAME: Final = "acemq-sidecar"
 SCOPE: Final = "acemq-sidecar.relay"
 
 
-def sampler_for(config: TracingConfig, env: Mapping[str, str]) -> Sampler:
-    """Return the sampler: the route map's ratio, parent-based; else ``OTEL_TRACES_SAMPLER``'s.
+def sampling_for(config: TracingConfig, env: Mapping[str, str]) -> Sampling:
+    """Return who gets a span: the route map's ratio, parent-based; else ``OTEL_TRACES_SAMPLER``'s.
 
     Without either, a parent-based ratio of ``OTEL_TRACES_SAMPLER_ARG`` (1.0 when unset).
+    The SDK's own sampler is then always on: the decision is made before it is asked.
     """
     if config.sampler_ratio is not None:
-        return ParentBased(TraceIdRatioBased(config.sampler_ratio))
+        return Sampling(parent_based=True, ratio=config.sampler_ratio)
     name = env.get("OTEL_TRACES_SAMPLER", "").strip().lower() or "parentbased_traceidratio"
     try:
-        ratio = float(env.get("OTEL_TRACES_SAMPLER_ARG", "1.0"))
+        ratio = min(max(float(env.get("OTEL_TRACES_SAMPLER_ARG", "1.0")), 0.0), 1.0)
     except ValueError:
         ratio = 1.0
-    ratio = min(max(ratio, 0.0), 1.0)
-    fixed = {
-        "always_on": ALWAYS_ON,
-        "always_off": ALWAYS_OFF,
-        "parentbased_always_on": DEFAULT_ON,
-        "parentbased_always_off": DEFAULT_OFF,
-    }
-    if name in fixed:
-        return fixed[name]
-    if name == "traceidratio":
-        return TraceIdRatioBased(ratio)
-    return ParentBased(TraceIdRatioBased(ratio))
+    fixed = {"always_on": 1.0, "always_off": 0.0, "parentbased_always_on": 1.0}
+    fixed["parentbased_always_off"] = 0.0
+    return Sampling(
+        parent_based=name.startswith("parentbased_"), ratio=fixed.get(name.strip(), ratio)
+    )
 
 
 def exporter_for(config: TracingConfig, env: Mapping[str, str]) -> SpanExporter:
@@ -191,8 +177,9 @@ class SdkTracing:
     ) -> None:
         self.config = config
         self._invalid = invalid
+        self.sampling = sampling_for(config, env)
         self.provider = TracerProvider(
-            sampler=sampler_for(config, env),
+            sampler=ALWAYS_ON,  # the decision is Sampling's, made before a span is asked for
             resource=_resource(config, env, version),
             shutdown_on_exit=False,
         )
@@ -213,6 +200,7 @@ class SdkTracing:
             quarantine_exchange=quarantine_exchange,
             link=self.config.link,
             traceparent=self.config.traceparent,
+            sampling=self.sampling,
             invalid=self._invalid,
         )
 

@@ -12,6 +12,9 @@ counted. Imported only when tracing is on (``setup``); the relay sees ``hooks``'
 
 from __future__ import annotations
 
+import random
+import re
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Final, assert_never
 
 from opentelemetry import context as otel_context
@@ -64,7 +67,7 @@ if TYPE_CHECKING:
     from sidecar.settle import Answer, Event, Plan
     from sidecar.wire import Delivery, FieldValue
 
-__all__ = ["SpanRouteTracer", "destination"]
+__all__ = ["Sampling", "SpanRouteTracer", "destination"]
 
 TRACEPARENT: Final = "traceparent"
 TRACESTATE: Final = "tracestate"
@@ -89,9 +92,70 @@ class _Headers(Getter["Mapping[str, FieldValue]"]):
         return list(carrier)
 
 
+# W3C trace context's traceparent, as the SDK's propagator reads it: version, trace id,
+# parent id, flags (a version other than 00 may add fields).
+_TRACEPARENT: Final = re.compile(
+    r"[ \t]*([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?[ \t]*"
+)
+_TRACE_ID_LOW: Final = 16  # the trace id's last 16 hex digits: what a ratio sampler reads
+_RATIO_SCALE: Final = 1 << 64
+
+
+def _traceparent(value: object) -> tuple[bool, int] | None:
+    """Return a traceparent's sampled flag and its trace id's low 64 bits; None: not one."""
+    if isinstance(value, bytes):
+        try:
+            value = value.decode("ascii")
+        except UnicodeDecodeError:
+            return None
+    if not isinstance(value, str) or (match := _TRACEPARENT.fullmatch(value)) is None:
+        return None
+    version, trace_id, span_id, flags, rest = match.groups()
+    if version == "ff" or (version == "00" and rest) or trace_id == "0" * 32 or span_id == "0" * 16:
+        return None
+    return bool(int(flags, 16) & 1), int(trace_id[_TRACE_ID_LOW:], 16)
+
+
+class Sampling:
+    """Which deliveries get a span, decided before the SDK is asked for one.
+
+    ``parent_based``: a delivery whose traceparent is valid follows its sampled flag (in
+    ``parent`` mode); the others (no or an invalid traceparent, or ``links`` mode) are
+    sampled at ``ratio``, by the producer's trace id when there is one (as the SDK's
+    ``TraceIdRatioBased`` reads it), else by a draw. A sampled-out delivery costs a look
+    at its traceparent and no more.
+    """
+
+    __slots__ = ("_bound", "_draw", "parent_based", "ratio")
+
+    def __init__(
+        self, *, parent_based: bool, ratio: float, draw: Callable[[], float] = random.random
+    ) -> None:
+        self.parent_based = parent_based
+        self.ratio = ratio
+        self._bound = round(ratio * _RATIO_SCALE)
+        self._draw = draw
+
+    def sampled(self, parent: tuple[bool, int] | None, *, follows: bool) -> bool:
+        """Decide for a delivery with ``parent`` (flag, trace id) that it ``follows`` or not."""
+        if parent is not None:
+            if follows and self.parent_based:
+                return parent[0]
+            return parent[1] < self._bound
+        return self._draw() < self.ratio
+
+
 _GETTER: Final = _Headers()
 _PROPAGATOR: Final = TraceContextTextMapPropagator()
 _EMPTY: Final = otel_context.Context()
+# The process span's fixed attributes.
+_PROCESS: Final[Mapping[str, AttributeValue]] = MappingProxyType(
+    {
+        "messaging.system": "rabbitmq",
+        "messaging.operation.name": "process",
+        "messaging.operation.type": "process",
+    }
+)
 
 
 def destination(exchange: str, routing_key: str, queue: str | None = None) -> str:
@@ -119,9 +183,11 @@ class SpanRouteTracer:
         quarantine_exchange: str,
         link: TraceLink,
         traceparent: TraceParent,
+        sampling: Sampling,
         invalid: Callable[[str], None],
     ) -> None:
         self.route = route
+        self.sampling = sampling
         self.tracer = tracer
         self.quarantine_exchange = quarantine_exchange
         self.links = link is TraceLink.LINKS
@@ -132,36 +198,37 @@ class SpanRouteTracer:
         self.send_quarantine_name = f"send {quarantine_exchange}"
 
     def start(self, delivery: Delivery) -> _DeliverySpan | None:
-        """Start the delivery's process span; None when the sampler drops it."""
+        """Start the delivery's process span; None when it is sampled out."""
         headers = delivery.headers
-        parent = _EMPTY
+        parent = None
+        if (raw := headers.get(TRACEPARENT)) is not None:
+            parent = _traceparent(raw)
+            if parent is None:
+                self._invalid(self.route.name)  # ignored: the delivery starts a trace
+        if not self.sampling.sampled(parent, follows=not self.links):
+            return None
+        context = _EMPTY
         links: list[Link] | None = None
-        if TRACEPARENT in headers:
+        if parent is not None:
             extracted = _PROPAGATOR.extract(headers, getter=_GETTER)
             producer = get_current_span(extracted).get_span_context()
-            if not producer.is_valid:
-                self._invalid(self.route.name)  # ignored: the delivery starts a trace
-            elif self.links:
+            if self.links:
                 links = [Link(producer)]
             else:
-                parent = extracted
+                context = extracted
         span = self.tracer.start_span(
             self.process_name,
-            context=parent,
+            context=context,
             kind=SpanKind.CONSUMER,
             links=links,
             attributes=self._process_attributes(delivery),
         )
-        if not span.is_recording():
-            return None
         return _DeliverySpan(self, span, delivery)
 
     def _process_attributes(self, delivery: Delivery) -> dict[str, AttributeValue]:
         route, headers, properties = self.route, delivery.headers, delivery.properties
         attributes: dict[str, AttributeValue] = {
-            "messaging.system": "rabbitmq",
-            "messaging.operation.name": "process",
-            "messaging.operation.type": "process",
+            **_PROCESS,
             "messaging.destination.name": destination(
                 delivery.exchange, delivery.routing_key, route.queue
             ),
@@ -346,6 +413,10 @@ class _SendSpan:
             span.set_attribute("error.type", error)
             span.set_status(Status(StatusCode.ERROR, _answer_text(answer)))
         span.end()
+
+    def unsent(self) -> None:
+        self.span.set_attribute("acemq.publish.outcome", "unsent")
+        self.span.end()
 
 
 def _read(answer: Answer) -> tuple[str, str | None]:

@@ -303,3 +303,34 @@ def test_a_stuck_collector_drops_spans_from_the_bounded_queue_and_counts_them() 
     assert failed is not None
     assert dropped >= 20 - 4 - 4  # at most the queue and one batch in the exporter's hands
     assert dropped + failed == 20
+
+
+@pytest.mark.parametrize(("flags", "spans"), [("01", 2), ("00", 0)])
+async def test_the_producers_sampled_flag_decides_under_the_parent_based_sampler(
+    flags: str, spans: int
+) -> None:
+    traced = Traced(TracingConfig(sampler_ratio=0.0))
+    headers = {**CANONICAL, "traceparent": f"00-{TRACE_ID}-{PRODUCER_SPAN}-{flags}"}
+    channel = await traced.settle([PublishOutcome.CONFIRMED], delivery(headers))
+    assert channel.acked == [7]
+    assert len(traced.spans()) == spans
+
+
+async def test_an_invalid_traceparent_is_counted_when_sampled_out_too() -> None:
+    traced = Traced(TracingConfig(sampler_ratio=0.0))
+    await traced.settle([PublishOutcome.CONFIRMED], delivery({**CANONICAL, "traceparent": b"\xff"}))
+    assert traced.spans() == []
+    labels = {"route": "orders"}
+    assert traced.sample("acemq_sidecar_trace_context_invalid_total", labels) == 1
+
+
+def test_a_ratio_samples_by_the_producers_trace_id_as_the_sdk_does() -> None:
+    from opentelemetry.sdk.trace.sampling import Decision, TraceIdRatioBased  # noqa: PLC0415
+
+    from sidecar.observe.tracing.spans import Sampling  # noqa: PLC0415
+
+    sampling, sdk = Sampling(parent_based=False, ratio=0.25), TraceIdRatioBased(0.25)
+    for low in (0, 1 << 61, (1 << 62) - 1, 1 << 62, (1 << 64) - 1):
+        ours = sampling.sampled((True, low), follows=True)
+        theirs = sdk.should_sample(None, low, "s").decision is Decision.RECORD_AND_SAMPLE
+        assert ours is theirs, low
