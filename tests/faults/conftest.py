@@ -390,14 +390,17 @@ class MixedFlow:
         return duplicates
 
 
-async def declare_mixed_flow(broker: Broker) -> MixedFlow:
-    """Declare the quarantine and the two lanes (acemq, apps) of a mixed flow."""
+async def declare_mixed_flow(broker: Broker, **staging_arguments: Any) -> MixedFlow:
+    """Declare the quarantine and the two lanes (acemq, apps) of a mixed flow.
+
+    ``staging_arguments``: the staging queues' (``x-queue-type``...).
+    """
     quarantine = broker.name("quarantine")
     quarantined = await broker.queue("quarantined")
     await declare_quarantine_exchange(broker, quarantine, quarantined)
     lanes = []
     for name, publishers in (("orders", "acemq"), ("invoices", "apps")):
-        staging = await broker.queue(f"{name}.staging")
+        staging = await broker.queue(f"{name}.staging", **staging_arguments)
         staging_exchange = await broker.exchange(f"{name}.stage")
         await broker.bind(staging, staging_exchange, "#")
         target = await broker.queue(f"{name}.target")

@@ -12,6 +12,10 @@ folder is handed to that user then.
 Given a test host (``tests/faults/netns.py``), the node runs inside its network namespace,
 listening on every address there (the host reaches it across the host's links), and every
 ``rabbitmqctl`` runs inside it too: the namespace has its own epmd.
+
+Given a root file system (``scripts/brokers``: another RabbitMQ version's Debian packages),
+the node and every ``rabbitmqctl`` run in it through ``chroot``; its folder is under the
+root's ``/tmp``, named to the node by the path it has inside the root.
 """
 
 from __future__ import annotations
@@ -84,47 +88,80 @@ def _ctl(name: str, *args: str, inside: tuple[str, ...] = ()) -> subprocess.Comp
     )
 
 
-def _hand_to_rabbitmq(base: Path) -> None:
+def _rabbitmq_ids(root: Path | None) -> tuple[int, int] | None:
+    """The ``rabbitmq`` user's uid and gid: the host's, or those in ``root``'s passwd."""
+    if root is None:
+        try:
+            user = pwd.getpwnam("rabbitmq")
+        except KeyError:
+            return None
+        return user.pw_uid, user.pw_gid
+    for line in (root / "etc/passwd").read_text(encoding="utf-8").splitlines():
+        fields = line.split(":")
+        if fields[0] == "rabbitmq":
+            return int(fields[2]), int(fields[3])
+    return None
+
+
+def _hand_to_rabbitmq(base: Path, root: Path | None = None) -> None:
     """Let the server, which the scripts run as ``rabbitmq`` under root, write its folder."""
     if os.geteuid() != 0:
         return
-    try:
-        user = pwd.getpwnam("rabbitmq")
-    except KeyError:
+    ids = _rabbitmq_ids(root)
+    if ids is None:
         return
     for path in [base, *base.rglob("*")]:
-        os.chown(path, user.pw_uid, user.pw_gid)
+        os.chown(path, *ids)
 
 
 @contextlib.contextmanager
 def private_node(
-    name: str, *, conf: str = "", advanced: str = "[].", host: NetHost | None = None
+    name: str,
+    *,
+    conf: str = "",
+    advanced: str = "[].",
+    host: NetHost | None = None,
+    root: Path | None = None,
 ) -> Iterator[PrivateNode]:
     """Start a node called ``name`` (``short@localhost``) in a new folder; stop it after.
 
     ``conf`` adds lines to its rabbitmq.conf (``consumer_timeout = 5000``...); ``advanced``
     is its advanced.config, for what rabbitmq.conf cannot set (``channel_tick_interval``).
     ``host``: run it inside that test host's namespace (see the module docstring).
+    ``root``: run it from that root file system through chroot (``scripts/brokers``).
 
     The folder is under the system's temporary directory, not pytest's (which only its
     owner may enter), and is removed afterwards. Skips where RabbitMQ is not installed
     (fails under CI=true, where it must be), and refuses to start when a node of that
     name already runs: it may be somebody's.
     """
-    if shutil.which("rabbitmq-server") is None or shutil.which("rabbitmqctl") is None:
-        message = "rabbitmq-server is not installed: the private node cannot start"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    inside = host.exec if host is not None else ()
+    if root is not None:
+        assert host is None, "a node runs in a network namespace or a root, not both"
+        inside: tuple[str, ...] = ("chroot", str(root))
+    else:
+        if shutil.which("rabbitmq-server") is None or shutil.which("rabbitmqctl") is None:
+            message = "rabbitmq-server is not installed: the private node cannot start"
+            if os.environ.get("CI", "").lower() == "true":
+                pytest.fail(message)
+            pytest.skip(message)
+        inside = host.exec if host is not None else ()
     if _ctl(name, "status", inside=inside).returncode == 0:
         pytest.fail(f"a node called {name} already runs; stop it: rabbitmqctl -n {name} stop")
-    with tempfile.TemporaryDirectory(prefix="acemq-node-") as folder:
-        yield from _run_node(name, Path(folder), conf=conf, advanced=advanced, inside=inside)
+    temp = None if root is None else root / "tmp"
+    with tempfile.TemporaryDirectory(prefix="acemq-node-", dir=temp) as folder:
+        yield from _run_node(
+            name, Path(folder), conf=conf, advanced=advanced, inside=inside, root=root
+        )
 
 
 def _run_node(
-    name: str, base: Path, *, conf: str, advanced: str, inside: tuple[str, ...]
+    name: str,
+    base: Path,
+    *,
+    conf: str,
+    advanced: str,
+    inside: tuple[str, ...],
+    root: Path | None = None,
 ) -> Iterator[PrivateNode]:
     amqp_port, dist_port = free_port(), free_port()
     node = PrivateNode(name=name, amqp_port=amqp_port, base=base, inside=inside)
@@ -140,18 +177,19 @@ def _run_node(
         f'NODENAME={name}\nexport ERL_FLAGS="-kernel inet_dist_use_interface {{127,0,0,1}}"\n',
         encoding="utf-8",
     )
-    _hand_to_rabbitmq(base)
+    _hand_to_rabbitmq(base, root)
+    seen = base if root is None else Path("/") / base.relative_to(root)  # the node's path
     env = {
         **os.environ,
         "RABBITMQ_NODENAME": name,
         "RABBITMQ_NODE_PORT": str(amqp_port),
         "RABBITMQ_DIST_PORT": str(dist_port),
-        "RABBITMQ_MNESIA_BASE": str(base / "mnesia"),
-        "RABBITMQ_LOG_BASE": str(base / "log"),
-        "RABBITMQ_CONFIG_FILE": str(base / "rabbitmq.conf"),
-        "RABBITMQ_ADVANCED_CONFIG_FILE": str(base / "advanced.config"),
-        "RABBITMQ_ENABLED_PLUGINS_FILE": str(base / "enabled_plugins"),
-        "RABBITMQ_CONF_ENV_FILE": str(base / "rabbitmq-env.conf"),
+        "RABBITMQ_MNESIA_BASE": str(seen / "mnesia"),
+        "RABBITMQ_LOG_BASE": str(seen / "log"),
+        "RABBITMQ_CONFIG_FILE": str(seen / "rabbitmq.conf"),
+        "RABBITMQ_ADVANCED_CONFIG_FILE": str(seen / "advanced.config"),
+        "RABBITMQ_ENABLED_PLUGINS_FILE": str(seen / "enabled_plugins"),
+        "RABBITMQ_CONF_ENV_FILE": str(seen / "rabbitmq-env.conf"),
     }
     started = subprocess.run(
         [*inside, "rabbitmq-server", "-detached"],

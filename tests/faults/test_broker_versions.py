@@ -1,0 +1,476 @@
+"""What RabbitMQ 4.x changed under the sidecar, on a private node of each version.
+
+Each test runs once per version of ``tests/brokers.py``: the machine's own packages
+(``local``, 3.10.8 on Debian 12) and the cached roots of 4.0 and 4.3 (``scripts/brokers``).
+The subjects are the ones 4.x changed (GitHub issue 37, docs/compatibility.md): a quorum
+staging queue at 4.x's default delivery limit (20) through connection cuts and kill -9,
+what each requeue spends of it, the broker's consumer timeout, a relay user without
+configure permission, global QoS refused (4.3), bodies at and over 16 MiB, and returns.
+Every message is counted by id where it must end; the numbers are printed for
+docs/compatibility.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import time
+from typing import TYPE_CHECKING, Any
+
+import aiormq
+import aiormq.abc
+import pytest
+from pamqp.commands import Basic
+
+from tests.brokers import VERSIONS, VersionedNode, versioned_node
+from tests.e2e.conftest import (
+    ID_HEADER,
+    Sidecar,
+    declare_quarantine,
+    eventually,
+    make_ids,
+    publish_ids,
+    take_ids,
+)
+from tests.faults.conftest import (
+    Fate,
+    MixedFlow,
+    declare_mixed_flow,
+    scrape,
+    wait_recovered,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from pathlib import Path
+
+    from tests.faults.conftest import FaultRecord
+    from tests.faults.private_node import PrivateNode
+    from tests.support import Broker
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
+NODE_ADVANCED = "[{rabbit, [{channel_tick_interval, 1000}]}]."  # the consumer timer, each second
+DEFAULT_DELIVERY_LIMIT = 20  # a quorum queue's from 4.0; set where the broker has none
+PER_LANE = 1500
+PREFETCH = 100
+ROUTES = 2
+CUTS = 3
+GRACE_S = 10.0
+COMPLETE_TIMEOUT_S = 120.0
+SETTLE_TIMEOUT_S = 90.0
+CONSUMER_TIMEOUT_MS = 5000
+DEFAULT_CONSUMER_TIMEOUT_MS = 1_800_000
+MIB = 1024 * 1024
+
+
+@pytest.fixture(scope="module", params=VERSIONS)
+def versioned(request: pytest.FixtureRequest) -> Iterator[VersionedNode]:
+    """A private node of each version in turn, for this module's tests."""
+    version = str(request.param)
+    name = f"acemq-v{version.replace('.', '')}@localhost"
+    with versioned_node(version, name, advanced=NODE_ADVANCED) as started:
+        yield started
+
+
+@pytest.fixture(scope="module")
+def node(versioned: VersionedNode) -> PrivateNode:
+    """The node of ``versioned`` (for the shared ``nb`` and ``sidecar_on_node``)."""
+    return versioned.node
+
+
+def report(versioned: VersionedNode, test: str, **numbers: object) -> None:
+    """Print the test's numbers with the broker's version (for docs/compatibility.md)."""
+    line = json.dumps({"rabbitmq": versioned.version, "test": test, **numbers})
+    print(f"\nversions: {line}")  # noqa: T201 - the measurement the suite reports
+
+
+def quorum_staging(versioned: VersionedNode) -> dict[str, Any]:
+    """A quorum staging queue at 4.x's defaults: the delivery limit set only where none is."""
+    arguments: dict[str, Any] = {"x-queue-type": "quorum"}
+    if versioned.release < (4, 0):
+        arguments["x-delivery-limit"] = DEFAULT_DELIVERY_LIMIT
+    return arguments
+
+
+def route_map(
+    sidecar: Sidecar, *, quarantine: str, routes: list[dict[str, Any]], **broker: Any
+) -> dict[str, Any]:
+    """A route map on the node with these routes and broker settings."""
+    return {
+        "broker": {"url": sidecar.amqp_url, "connect_timeout_s": 5, **broker},
+        "http": {"listen": f"127.0.0.1:{sidecar.port}"},
+        "quarantine": {"exchange": quarantine},
+        "shutdown_grace_s": GRACE_S,
+        "routes": routes,
+    }
+
+
+def route(name: str, staging: str, exchange: str, **options: Any) -> dict[str, Any]:
+    """One route of a route map."""
+    return {"name": name, "from": staging, "to": {"exchange": exchange}, **options}
+
+
+async def take_every(nb: Broker, queue: str, ids: list[str], *, sidecar: Sidecar) -> list[str]:
+    """Take from ``queue`` until every id came; return all taken, repeats included."""
+    taken: list[str] = []
+
+    async def complete() -> bool:
+        taken.extend(await take_ids(nb, queue))
+        return set(ids) <= set(taken)
+
+    await eventually(
+        complete,
+        timeout_s=SETTLE_TIMEOUT_S,
+        what=f"{len(ids)} ids on {queue}",
+        context=lambda: f"{len(set(ids) - set(taken))} missing\n{sidecar.output()}",
+    )
+    return taken
+
+
+async def wait_moved(flow: MixedFlow, sidecar: Sidecar, *, more: int) -> None:
+    """Wait until ``more`` further copies arrived downstream: the flow is moving."""
+    goal = await flow.downstream() + more
+
+    async def moved() -> bool:
+        return await flow.downstream() >= goal
+
+    await eventually(moved, timeout_s=60, what=f"{goal} copies downstream", context=sidecar.output)
+
+
+# --- the fault flow on a quorum staging queue at the default delivery limit ---------------
+
+
+async def test_quorum_staging_at_the_default_delivery_limit_loses_nothing_through_faults(
+    versioned: VersionedNode,
+    nb: Broker,
+    sidecar_on_node: Sidecar,
+    record: Callable[..., FaultRecord],
+) -> None:
+    """Three connection cuts and a kill -9 mid-flow, quorum staging with no dead-letter target.
+
+    Every cut and the kill return the sidecar's unacked deliveries, each spending one of the
+    message's 20 attempts (a message past them would be dropped: missing by id). Nothing is
+    lost or misplaced; duplicates at most what was in flight at the faults.
+    """
+    sidecar = sidecar_on_node
+    flow = await declare_mixed_flow(nb, **quorum_staging(versioned))
+    await flow.publish(PER_LANE)
+    sidecar.write(flow.route_map(sidecar, prefetch=PREFETCH, shutdown_grace_s=GRACE_S))
+    await sidecar.start()
+    recovery: list[float] = []
+    left: list[int] = []
+    for cut in range(1, CUTS + 1):
+        await wait_moved(flow, sidecar, more=200)
+        await flow.publish(PER_LANE // 8)
+        sidecar.send(signal.SIGSTOP)  # hold it mid-work while rabbitmqctl starts
+        try:
+            await versioned.node.ctl.close_all_connections()
+        finally:
+            sidecar.send(signal.SIGCONT)
+        since = time.monotonic()
+        await flow.broker.reconnect()
+        left.append(await flow.staging_depth())
+        recovery.append(await wait_recovered(sidecar, flow, since=since, reconnects=cut))
+    await wait_moved(flow, sidecar, more=200)
+    sidecar.send(signal.SIGKILL)
+    assert await sidecar.wait_exit(timeout_s=5) == -signal.SIGKILL
+    left.append(await flow.staging_depth())
+    since = time.monotonic()
+    await sidecar.start()
+    recovery.append(await wait_recovered(sidecar, flow, since=since))
+    assert all(depth > 0 for depth in left), f"a fault came after the flow had finished: {left}"
+    await flow.wait_complete(timeout_s=COMPLETE_TIMEOUT_S, context=sidecar.output)
+    sidecar.send(signal.SIGTERM)
+    assert await sidecar.wait_exit(timeout_s=GRACE_S + 5) == 0, sidecar.output()
+    faults = CUTS + 1
+    bound = faults * PREFETCH * ROUTES
+    duplicates = flow.check(max_duplicates=bound, context=sidecar.output)
+    quarantined = sum(1 for fate in flow.fates.values() if fate is Fate.QUARANTINE)
+    record(
+        messages=flow.published,
+        faults=faults,
+        duplicates=duplicates,
+        duplicate_bound=bound,
+        recovery_s=tuple(recovery),
+        note=f"RabbitMQ {versioned.version}; left in staging {left}",
+    )
+    report(
+        versioned,
+        "quorum staging, default delivery limit, 3 cuts and kill -9",
+        messages=flow.published,
+        quarantined=quarantined,
+        lost=0,
+        duplicates=duplicates,
+        left_in_staging=left,
+    )
+
+
+# --- the broker's consumer timeout ---------------------------------------------------------
+
+
+async def test_a_delivery_the_brokers_consumer_timeout_took_back_is_quarantined_not_lost(
+    versioned: VersionedNode, nb: Broker, sidecar_on_node: Sidecar
+) -> None:
+    """The broker's consumer_timeout (5 s) under the map's (1,800 s), the target full.
+
+    Quorum staging, ``x-delivery-limit`` 1, no dead-letter exchange: the broker takes the
+    first held delivery back (an attempt spent) and the route learns its timeout from the
+    406 (decision 0031); held as long again, the message would be dropped. Each goes to
+    quarantine before the broker's timeout instead.
+    """
+    sidecar = sidecar_on_node
+    node = versioned.node
+    staging = await nb.queue("timeout.staging", **{"x-queue-type": "quorum", "x-delivery-limit": 1})
+    exchange = await nb.exchange("timeout.target")
+    full = await nb.queue("timeout.full", **{"x-max-length": 0, "x-overflow": "reject-publish"})
+    await nb.bind(full, exchange)
+    quarantine, quarantined = await declare_quarantine(nb)
+    ids = make_ids("timeout", 3)
+    await publish_ids(nb, staging, ids)
+    await node.ctl.run(
+        "eval", f"application:set_env(rabbit, consumer_timeout, {CONSUMER_TIMEOUT_MS})."
+    )
+    try:
+        sidecar.write(
+            route_map(
+                sidecar,
+                quarantine=quarantine,
+                routes=[route("timeout", staging, exchange)],
+                nack_retry={"max_attempts": 1000, "max_s": 3600},  # the timeout decides
+            )
+        )
+        started = time.monotonic()
+        await sidecar.start(wait_ready=False)
+        taken = await take_every(nb, quarantined, ids, sidecar=sidecar)
+        took_s = time.monotonic() - started
+        await sidecar.wait_ready()
+    finally:
+        await sidecar.kill()
+        await node.ctl.run(
+            "eval",
+            f"application:set_env(rabbit, consumer_timeout, {DEFAULT_CONSUMER_TIMEOUT_MS}).",
+        )
+    assert await nb.depth(staging) == 0
+    assert sidecar.stderr().count("Set broker.consumer_timeout_s") == 1, sidecar.output()
+    timed_out = node_log(node).count("acknowledgement")
+    report(
+        versioned,
+        "consumer_timeout 5 s under the map's 1,800 s, quorum limit 1, target full",
+        messages=len(ids),
+        quarantined=len(set(taken)),
+        lost=len(set(ids) - set(taken)),
+        duplicates=len(taken) - len(ids),
+        timeout_lines_in_the_node_log=timed_out,
+        seconds=round(took_s, 1),
+    )
+    assert timed_out >= 1, node_log(node)[-3000:]  # the broker's timer did fire
+
+
+def node_log(node: PrivateNode) -> str:
+    """Every log file of the node, concatenated."""
+    return "".join(
+        path.read_text(encoding="utf-8", errors="replace") for path in node.base.glob("log/*.log")
+    )
+
+
+# --- a relay user without configure permission -----------------------------------------------
+
+
+async def test_a_relay_user_without_configure_permission_relays_and_quarantines(
+    versioned: VersionedNode, nb: Broker, node: PrivateNode, tmp_path: Path
+) -> None:
+    """A user with read and write on every name and configure on none: the whole flow runs.
+
+    The sidecar declares nothing; its checks are passive declares, which 4.3 allows without
+    configure permission on queues and exchanges that exist.
+    """
+    user, password = "acemq-relay", "relay-secret"
+    await node.ctl.run("add_user", user, password)
+    await node.ctl.run("set_permissions", "-p", "/", user, "^$", ".*", ".*")
+    sidecar = Sidecar(
+        amqp_url=f"amqp://{user}:{password}@127.0.0.1:{node.amqp_port}/", workdir=tmp_path
+    )
+    try:
+        flow = await declare_mixed_flow(nb, **quorum_staging(versioned))
+        await flow.publish(200)
+        sidecar.write(flow.route_map(sidecar, prefetch=PREFETCH, shutdown_grace_s=GRACE_S))
+        await sidecar.start()
+        await flow.wait_complete(timeout_s=COMPLETE_TIMEOUT_S, context=sidecar.output)
+        sidecar.send(signal.SIGTERM)
+        assert await sidecar.wait_exit(timeout_s=GRACE_S + 5) == 0, sidecar.output()
+        duplicates = flow.check(max_duplicates=0, context=sidecar.output)
+    finally:
+        await sidecar.kill()
+        await node.ctl.run("delete_user", user)
+    report(
+        versioned,
+        "relay user with no configure permission",
+        messages=flow.published,
+        lost=0,
+        duplicates=duplicates,
+    )
+
+
+# --- global QoS --------------------------------------------------------------------------------
+
+
+async def test_global_qos_is_denied_on_4_3_and_the_sidecar_relays_without_it(
+    versioned: VersionedNode, nb: Broker, sidecar_on_node: Sidecar
+) -> None:
+    """4.3 denies the deprecated feature ``global_qos``; the sidecar relays on every version.
+
+    The sidecar's ``basic.qos`` is per consumer (``global`` false: tests/unit/amqp). What a
+    global one gets from the broker is recorded: 4.3.6 answers ``qos-ok`` all the same.
+    """
+    state = "(no deprecated features before 3.13)"
+    if versioned.release >= (4, 0):
+        listed = await versioned.node.ctl.run(
+            "list_deprecated_features", "--formatter", "json", "--quiet"
+        )
+        features = {  # 4.0 lists the phase alone, 4.3 the state too
+            item["name"]: item.get("state", item["deprecation_phase"])
+            for item in json.loads(listed)
+        }
+        state = features["global_qos"]
+    if versioned.release >= (4, 3):
+        assert state == "denied", state
+    connection = await aiormq.connect(versioned.node.url)
+    try:
+        channel = await connection.channel()
+        try:
+            answer = type(await channel.basic_qos(prefetch_count=10, global_=True)).__name__
+        except aiormq.exceptions.ChannelClosed as error:
+            answer = str(error)
+    finally:
+        await connection.close()
+    staging = await nb.queue("qos.staging")
+    exchange = await nb.exchange("qos.target")
+    target = await nb.queue("qos.out")
+    await nb.bind(target, exchange)
+    quarantine, _ = await declare_quarantine(nb)
+    ids = make_ids("qos", 50)
+    await publish_ids(nb, staging, ids)
+    sidecar_on_node.write(
+        route_map(sidecar_on_node, quarantine=quarantine, routes=[route("qos", staging, exchange)])
+    )
+    await sidecar_on_node.start()
+    taken = await take_every(nb, target, ids, sidecar=sidecar_on_node)
+    report(
+        versioned,
+        "global basic.qos",
+        global_qos=state,
+        a_global_qos_got=answer,
+        relayed=len(set(taken)),
+        of=len(ids),
+    )
+
+
+# --- bodies at and over 16 MiB -------------------------------------------------------------------
+
+
+async def publish_body(nb: Broker, queue: str, msg_id: str, size: int) -> str:
+    """Publish a body of ``size`` bytes; return "" if confirmed, else what the broker said."""
+    connection = await aiormq.connect(nb.url)
+    try:
+        channel = await connection.channel(publisher_confirms=True)
+        confirm = await channel.basic_publish(
+            bytes(size),
+            routing_key=queue,
+            properties=aiormq.spec.Basic.Properties(
+                message_id=msg_id, headers={ID_HEADER: msg_id}, delivery_mode=2
+            ),
+        )
+        return "" if isinstance(confirm, Basic.Ack) else f"not confirmed: {confirm!r}"
+    except aiormq.exceptions.AMQPError as error:
+        return str(error)
+    finally:
+        await connection.close()
+
+
+async def test_bodies_at_and_over_16_mib(
+    versioned: VersionedNode, nb: Broker, sidecar_on_node: Sidecar
+) -> None:
+    """A 16 MiB body is relayed on every version; one byte more is refused at the publish.
+
+    4.x's default ``max_message_size`` is 16 MiB: the larger body never reaches staging
+    there. 3.10's is 128 MiB: it is relayed.
+    """
+    staging = await nb.queue("big.staging", **quorum_staging(versioned))
+    exchange = await nb.exchange("big.target")
+    target = await nb.queue("big.out")
+    await nb.bind(target, exchange)
+    quarantine, quarantined = await declare_quarantine(nb)
+    at = await publish_body(nb, staging, "big-at", 16 * MIB)
+    over = await publish_body(nb, staging, "big-over", 16 * MIB + 1)
+    assert not at, at
+    if versioned.release >= (4, 0):
+        assert "message size" in over or "max" in over, over
+    else:
+        assert not over, over
+    ids = ["big-at"] if over else ["big-at", "big-over"]
+    sidecar_on_node.write(
+        route_map(sidecar_on_node, quarantine=quarantine, routes=[route("big", staging, exchange)])
+    )
+    await sidecar_on_node.start()
+    taken = await take_every(nb, target, ids, sidecar=sidecar_on_node)
+    assert await nb.depth(quarantined) == 0
+    report(
+        versioned,
+        "bodies of 16 MiB and 16 MiB + 1",
+        relayed=sorted(set(taken)),
+        over_16_mib_at_the_publish=over or "confirmed",
+    )
+
+
+# --- returns -------------------------------------------------------------------------------------
+
+
+async def test_an_unroutable_copy_comes_back_and_is_quarantined_as_unroutable(
+    versioned: VersionedNode, nb: Broker, sidecar_on_node: Sidecar
+) -> None:
+    """A mandatory copy no binding takes comes back and goes to quarantine as unroutable.
+
+    Its reason names the exchange and key; the routable ones beside it are relayed.
+    """
+    staging = await nb.queue("ret.staging", **quorum_staging(versioned))
+    stage = await nb.exchange("ret.stage")  # keeps the publisher's routing key
+    await nb.bind(staging, stage, "#")
+    exchange = await nb.exchange("ret.target")
+    target = await nb.queue("ret.out")
+    await nb.bind(target, exchange, "ok.#")
+    quarantine, quarantined = await declare_quarantine(nb)
+    routable, unroutable = make_ids("ret-ok", 20), make_ids("ret-bad", 5)
+    for ids, key in ((routable, "ok.x"), (unroutable, "bad.x")):
+        for msg_id in ids:
+            await nb.publish(
+                staging,
+                headers={ID_HEADER: msg_id},
+                message_id=msg_id,
+                exchange=stage,
+                routing_key=key,
+            )
+    sidecar_on_node.write(
+        route_map(sidecar_on_node, quarantine=quarantine, routes=[route("ret", staging, exchange)])
+    )
+    await sidecar_on_node.start()
+    relayed = await take_every(nb, target, routable, sidecar=sidecar_on_node)
+    reasons: dict[str, str] = {}
+    while set(reasons) < set(unroutable):
+        message = await nb.channel.basic_get(quarantined, no_ack=True)
+        if not isinstance(message.delivery, Basic.GetOk):
+            await asyncio.sleep(0.2)
+            continue
+        headers = message.header.properties.headers or {}
+        reasons[str(message.header.properties.message_id)] = str(headers.get("x-acemq-error"))
+    assert all("unroutable" in reason for reason in reasons.values()), reasons
+    metrics = await scrape(sidecar_on_node)
+    assert metrics.value("acemq_sidecar_messages_total", outcome="quarantined") == len(unroutable)
+    report(
+        versioned,
+        "returns",
+        relayed=len(set(relayed)),
+        quarantined_unroutable=len(reasons),
+        reason=next(iter(reasons.values())),
+    )
