@@ -36,6 +36,20 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
         "shutdown_grace_s": "Seconds to settle in-flight messages after SIGTERM.",
         "routes": "The routes: staging queue in, target exchange out (at least one).",
         "log_level": "The log level when neither --log-level nor ACEMQ_LOG_LEVEL is set.",
+        "tracing": (
+            "Tracing's settings beyond the chart's tracing values (which set the OTEL_*"
+            " variables); the section alone turns tracing on."
+        ),
+    },
+    "_TracingFile": {
+        "enabled": "false turns tracing off even with OTEL_TRACES_EXPORTER=otlp.",
+        "endpoint": "The collector's base URL (else OTEL_EXPORTER_OTLP_ENDPOINT).",
+        "protocol": "http/protobuf or grpc (else OTEL_EXPORTER_OTLP_PROTOCOL).",
+        "sampler_ratio": "Parent-based sampling ratio (else OTEL_TRACES_SAMPLER and _ARG).",
+        "service_name": "service.name when OTEL_SERVICE_NAME is not set.",
+        "link": "parent (the producer's span is the parent) or links (a trace of its own).",
+        "traceparent": "keep (the producer's, as it came) or send_span (the sidecar's).",
+        "max_queue_size": "Spans waiting for export; more are dropped and counted.",
     },
     "_BrokerFile": {
         "prefetch": "Unacked deliveries per route (the default of each route's prefetch).",
@@ -75,6 +89,7 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
         "single_active_consumer": (
             "The staging queue has x-single-active-consumer: consume once, never re-consume."
         ),
+        "trace_header_values": "A violation's span event carries the header's value too.",
     },
     "_TargetFile": {
         "exchange": 'The target exchange ("" for the default exchange).',

@@ -259,8 +259,53 @@ checksum/acemq-broker-secret: {{ printf "%s/%s/%s" $secret.name $keys $revision 
 - name: ACEMQ_KEDA_TLS
   value: enable
 {{- end }}
+{{- include "acemq-sidecar.tracingEnv" . }}
 {{- with .Values.extraEnv }}
 {{- toYaml . | nindent 0 }}
 {{- end }}
 {{- end }}
+{{- end }}
+
+{{/* Tracing's standard OTEL_* variables (values tracing), items of env; none when off. */}}
+{{- define "acemq-sidecar.tracingEnv" -}}
+{{- with .Values.tracing }}
+{{- if .enabled }}
+{{- if not .endpoint }}
+{{- fail "tracing.enabled needs tracing.endpoint: the OTLP collector's base URL, e.g. http://otel-collector.observability:4318" }}
+{{- end }}
+# Tracing: spans exported by OTLP (docs/observability.md, "Tracing").
+- name: OTEL_TRACES_EXPORTER
+  value: otlp
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ .endpoint | quote }}
+- name: OTEL_EXPORTER_OTLP_PROTOCOL
+  value: {{ .protocol | quote }}
+- name: OTEL_TRACES_SAMPLER
+  value: parentbased_traceidratio
+- name: OTEL_TRACES_SAMPLER_ARG
+  value: {{ .samplerRatio | toString | quote }}
+- name: OTEL_SERVICE_NAME
+  value: {{ .serviceName | default (include "acemq-sidecar.fullname" $) | quote }}
+{{- with .resourceAttributes }}
+- name: OTEL_RESOURCE_ATTRIBUTES
+  value: {{ include "acemq-sidecar.resourceAttributes" . | quote }}
+{{- end }}
+{{- if .headersSecret.name }}
+- name: OTEL_EXPORTER_OTLP_HEADERS
+  valueFrom:
+    secretKeyRef:
+      name: {{ .headersSecret.name }}
+      key: {{ .headersSecret.key }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* OTEL_RESOURCE_ATTRIBUTES of a map: key=value pairs, comma-separated, in key order. */}}
+{{- define "acemq-sidecar.resourceAttributes" -}}
+{{- $pairs := list }}
+{{- range $key, $value := . }}
+{{- $pairs = append $pairs (printf "%s=%s" $key (toString $value)) }}
+{{- end }}
+{{- join "," $pairs }}
 {{- end }}
