@@ -58,8 +58,9 @@ def sampling_for(config: TracingConfig, env: Mapping[str, str]) -> Sampling:
 def exporter_for(config: TracingConfig, env: Mapping[str, str]) -> SpanExporter:
     """Return the OTLP exporter: HTTP/protobuf unless the map or the environment says gRPC.
 
-    The route map's ``endpoint`` is a base URL, as ``OTEL_EXPORTER_OTLP_ENDPOINT`` is (the
-    HTTP exporter adds ``/v1/traces``); unset, the exporter reads the variables itself.
+    The route map's ``endpoint`` is a base URL, as ``OTEL_EXPORTER_OTLP_ENDPOINT`` is (for
+    HTTP, ``/v1/traces`` is added); ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` is the whole URL.
+    The exporter reads its other variables (headers, timeout, certificates) itself.
     """
     protocol = (
         config.protocol
@@ -72,7 +73,11 @@ def exporter_for(config: TracingConfig, env: Mapping[str, str]) -> SpanExporter:
             OTLPSpanExporter as GrpcExporter,
         )
 
-        endpoint = config.endpoint
+        endpoint = (
+            config.endpoint
+            or env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+            or env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+        )
         return GrpcExporter(
             endpoint=endpoint,
             insecure=None if endpoint is None else endpoint.startswith("http://"),
@@ -81,18 +86,26 @@ def exporter_for(config: TracingConfig, env: Mapping[str, str]) -> SpanExporter:
         OTLPSpanExporter as HttpExporter,
     )
 
-    endpoint = None if config.endpoint is None else config.endpoint.rstrip("/") + "/v1/traces"
+    endpoint = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    base = config.endpoint or env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    if config.endpoint is not None or (endpoint is None and base is not None):
+        endpoint = f"{base.rstrip('/')}/v1/traces" if base else None
     return HttpExporter(endpoint=endpoint)
 
 
 def _resource(config: TracingConfig, env: Mapping[str, str], version: str) -> Resource:
-    attributes: dict[str, str] = {"service.version": version}
-    named = env.get("OTEL_SERVICE_NAME") or "service.name=" in env.get(
-        "OTEL_RESOURCE_ATTRIBUTES", ""
-    )
-    if not named:
-        attributes["service.name"] = config.service_name or DEFAULT_SERVICE_NAME
-    return Resource.create(attributes)
+    """Return the resource: ``OTEL_RESOURCE_ATTRIBUTES``, the service's name and version.
+
+    The name: ``OTEL_SERVICE_NAME``, else the variable's ``service.name``, else the route
+    map's ``service_name``, else ``acemq-sidecar``.
+    """
+    named = dict(
+        pair.strip().split("=", 1)
+        for pair in env.get("OTEL_RESOURCE_ATTRIBUTES", "").split(",")
+        if "=" in pair
+    ).get("service.name")
+    name = env.get("OTEL_SERVICE_NAME") or named or config.service_name or DEFAULT_SERVICE_NAME
+    return Resource.create({"service.name": name, "service.version": version})
 
 
 class _Counted(SpanExporter):

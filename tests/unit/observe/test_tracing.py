@@ -334,3 +334,15 @@ def test_a_ratio_samples_by_the_producers_trace_id_as_the_sdk_does() -> None:
         ours = sampling.sampled((True, low), follows=True)
         theirs = sdk.should_sample(None, low, "s").decision is Decision.RECORD_AND_SAMPLE
         assert ours is theirs, low
+
+
+def test_tracing_on_without_the_sdk_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys  # noqa: PLC0415
+
+    from sidecar.observe import TracingUnavailableError  # noqa: PLC0415
+
+    monkeypatch.setitem(sys.modules, "opentelemetry.sdk.trace.export", None)
+    with pytest.raises(TracingUnavailableError, match=r"acemq-sidecar\[otel\]"):
+        start_tracing(
+            TracingConfig(), env={}, metrics=orders_route().context.metrics, version="test"
+        )
