@@ -1,5 +1,7 @@
 """The link: the socket as an asyncio protocol. Frames in, batched writes out, heartbeats.
 
+Its heartbeats and the kernel's bound on what goes unacknowledged are
+:mod:`sidecar.amqp.heartbeat`'s.
 The bytes it reads go to its :class:`~sidecar.amqp.frame_reader.FrameReader`, which cuts
 them into frames and hands each to whoever owns its channel number (the channels in
 ``channels``, channel 0 to ``control``). Writes made in one turn of the event loop leave
@@ -19,15 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import logging
-import socket
 from typing import TYPE_CHECKING, Final, cast
 
 from sidecar.amqp.frame_reader import ChannelEnd, ControlEnd, FrameReader, NotAmqpError
+from sidecar.amqp.heartbeat import Heartbeats
 from sidecar.amqp.violations import FRAME_ERROR, INTERNAL_ERROR, FrameError
 from sidecar.errors import BrokerConnectionError, ChannelLostError, WireError
-from sidecar.wire import HEARTBEAT
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -135,7 +135,7 @@ class _Writes:
             self._last_write = self.loop.time()
 
 
-class Link(_Writes, asyncio.Protocol):
+class Link(_Writes, Heartbeats, asyncio.Protocol):
     """The socket: frames in, batched writes out, heartbeats, and who is waiting on what."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -151,12 +151,8 @@ class Link(_Writes, asyncio.Protocol):
         self._writes_begin()
         self._resume_due = False
         self._last_read = loop.time()
-        self._heartbeat: asyncio.TimerHandle | None = None
         self.reading_paused = False  # the write buffer is over its mark
         self.reading_held = False  # a channel has no room for its next delivery
-        # The broker said connection.blocked (set by the control): it reads nothing from
-        # this link until it unblocks, so no answer to what is written now will come.
-        self.blocked = False
         self._drained: list[Callable[[], None]] = []  # called once the write buffer drains
 
     @property
@@ -258,48 +254,6 @@ class Link(_Writes, asyncio.Protocol):
 
     # --- life ---
 
-    def start_heartbeat(self, interval_s: int) -> None:
-        """Send a heartbeat when idle; drop the connection after two silent intervals.
-
-        The kernel is given the same bound (``TCP_USER_TIMEOUT``): what was written and not
-        acknowledged for two intervals ends the socket. The heartbeats cannot judge a link
-        that reads nothing (its write buffer full, or a channel without room), and a
-        half-open one would otherwise stand for the kernel's retransmissions, some fifteen
-        minutes (docs/decisions/0067).
-        """
-        if interval_s <= 0:
-            return
-        self._bound_unacknowledged(2 * interval_s)
-        self._heartbeat = self.loop.call_later(interval_s / 2, self._beat(interval_s))
-
-    def _beat(self, interval_s: int) -> Callable[[], None]:
-        def beat() -> None:
-            now = self.loop.time()
-            if self.reading_paused or self.reading_held:
-                # We stopped reading (the broker takes nothing we write): what it sent
-                # waits unread, so its silence tells nothing. TCP ends a dead socket.
-                self._last_read = now
-            if now - self._last_read > 2 * interval_s:
-                self.abort(
-                    BrokerConnectionError(f"no heartbeat from the broker in {2 * interval_s}s")
-                )
-                return
-            if now - self._last_write >= interval_s / 2:
-                self.write(HEARTBEAT)
-            self._heartbeat = self.loop.call_later(interval_s / 2, beat)
-
-        return beat
-
-    def _bound_unacknowledged(self, seconds: int) -> None:
-        """End the socket when what it wrote is not acknowledged within ``seconds``."""
-        option = getattr(socket, "TCP_USER_TIMEOUT", None)  # Linux's
-        transport = self._transport
-        sock = transport.get_extra_info("socket") if transport is not None else None
-        if option is None or sock is None:
-            return
-        with contextlib.suppress(OSError):
-            sock.setsockopt(socket.IPPROTO_TCP, option, seconds * 1000)
-
     def forget(self, number: int) -> None:
         """Free a channel number once the channel is closed on both sides."""
         self.channels.pop(number, None)
@@ -342,8 +296,7 @@ class Link(_Writes, asyncio.Protocol):
             self.close_reason = reason
         self.closed.set()
         self._backlog.clear()
-        if self._heartbeat is not None:
-            self._heartbeat.cancel()
+        self.stop_heartbeat()
         lost = ChannelLostError(f"the connection closed: {self.close_reason}")
         for channel in list(self.channels.values()):
             channel.lose(lost)

@@ -111,6 +111,17 @@ async def opened(link: FakeLink, number: int = 1) -> Channel:
     return channel
 
 
+class FakeSocket:
+    """A socket that keeps the options set on it."""
+
+    def __init__(self) -> None:
+        self.options: dict[tuple[int, int], int] = {}
+
+    def setsockopt(self, level: int, option: int, value: int) -> None:
+        """Keep the option's value."""
+        self.options[level, option] = value
+
+
 class FakeTransport:
     """Enough of an asyncio transport for the link: it records writes and aborts."""
 
@@ -121,6 +132,7 @@ class FakeTransport:
         self.closed = False
         self.reading = True
         self.limits: tuple[int, int] | None = None
+        self.socket = FakeSocket()
 
     def write(self, data: bytes) -> None:
         """Keep what the link sends."""
@@ -142,6 +154,10 @@ class FakeTransport:
     def set_write_buffer_limits(self, high: int, low: int) -> None:
         """Note the marks the link sets."""
         self.limits = (high, low)
+
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        """The socket (one that records its options); nothing else."""
+        return self.socket if name == "socket" else default
 
     def pause_reading(self) -> None:
         """Stop reading from the socket."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 from typing import Any
 
 import pytest
@@ -238,3 +239,19 @@ async def test_a_broker_is_not_taken_for_dead_while_the_link_itself_stopped_read
     async with asyncio.timeout(5):
         await link.closed.wait()  # reading again, a silent broker is dropped as before
     assert "no heartbeat" in str(link.close_reason)
+
+
+async def test_the_kernel_is_given_the_heartbeats_bound_except_while_the_broker_blocks() -> None:
+    """TCP_USER_TIMEOUT is two intervals; lifted while blocked (the broker reads nothing)."""
+    if not hasattr(socket, "TCP_USER_TIMEOUT"):
+        pytest.skip("no TCP_USER_TIMEOUT on this platform")
+    link, transport, _, _ = linked()
+    option = (socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT)
+    assert option not in transport.socket.options  # not before the heartbeats are agreed
+    link.start_heartbeat(30)
+    assert transport.socket.options[option] == 60_000
+    link.blocked = True
+    assert transport.socket.options[option] == 0
+    link.blocked = False
+    assert transport.socket.options[option] == 60_000
+    link.abort(ConnectionError("done"))
