@@ -4,8 +4,9 @@
 serves one of them: it reads a request head (at most ``MAX_REQUEST_HEAD_BYTES``, within
 the request deadline), turns it into a ``Request``, writes the ``Reply`` the caller's
 ``respond`` gives (within the response deadline), and shuts the writing side. h11 parses
-and writes HTTP, so no HTTP syntax is handled here; a body is never read, and every
-response says ``Connection: close``.
+and writes HTTP, so no HTTP syntax is handled here but the request target, which h11
+takes as any bytes but spaces: one that is not a URI is answered 400 here, never handed
+to ``respond``. A body is never read, and every response says ``Connection: close``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from email.utils import formatdate
 from http import HTTPStatus
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 import h11
 
@@ -123,11 +125,14 @@ async def _read_request(
             headers = {
                 name.decode("latin-1"): value.decode("latin-1") for name, value in event.headers
             }
-            return Request(
-                method=event.method.decode("ascii"),
-                target=event.target.decode("ascii", errors="replace"),
-                headers=headers,
-            )
+            target = event.target.decode("ascii", errors="replace")
+            try:
+                urlsplit(target)  # what an endpoint reads its path with
+            except ValueError:  # a bracket left open: "http://[::1/metrics", "//["
+                raise h11.RemoteProtocolError(
+                    "the request target is not a URI", error_status_hint=400
+                ) from None
+            return Request(method=event.method.decode("ascii"), target=target, headers=headers)
         return None  # ConnectionClosed: nothing else comes before a request
 
 
