@@ -64,6 +64,7 @@ class Channel(PublishingChannel):
             self, loop=link.loop, acks=self._acks, confirms=self._confirms, room=link.resume_reading
         )
         self._cancelled_by_broker = False
+        self._consuming = False
 
     @property
     def consumer_cancelled(self) -> bool:
@@ -94,6 +95,7 @@ class Channel(PublishingChannel):
         and its frames wait for ``passing_body``'s stream to be published or discarded.
         All of them apply to every delivery on the channel from now on, whatever its tag.
         """
+        self._consuming = True
         self._inbound.consume(
             callback,
             on_body_size=on_body_size,
@@ -161,13 +163,20 @@ class Channel(PublishingChannel):
     async def reject(self, delivery_tag: int, *, requeue: bool) -> bool:
         """Reject one delivery (``requeue=False``: to the queue's dead-letter exchange).
 
-        False when the channel is not open: the broker redelivers it then. The acks made
-        before it in this turn still leave at its end; none of them covers this delivery.
+        ``requeue=True`` goes as a ``basic.nack``, which RabbitMQ 4.3+ does not count
+        against a quorum queue's delivery limit (a ``basic.reject`` it counts; before 4.3
+        both count). False when the channel is not open: the broker redelivers it then.
+        The acks made before it in this turn still leave at its end; none of them covers
+        this delivery.
         """
         if not self.is_open:
             return False
         self._acks.forget(delivery_tag)
-        self._link.write(codec.basic_reject(self.number, delivery_tag, requeue=requeue))
+        if requeue:
+            frame = codec.basic_nack(self.number, delivery_tag, multiple=False)
+        else:
+            frame = codec.basic_reject(self.number, delivery_tag, requeue=False)
+        self._link.write(frame)
         self._inbound.settled(delivery_tag)
         return True
 
@@ -177,6 +186,10 @@ class Channel(PublishingChannel):
             self._pass_on.give_up()
             return
         self._acks.flush()  # the acks already made leave before the close
+        if self._consuming and self.is_open:
+            # What is still unacked goes back by a nack, not by the close: a quorum queue
+            # of RabbitMQ 4.3+ then spends no attempt of its delivery limit on it.
+            self._link.write(codec.basic_nack(self.number, 0, multiple=True))
         self._link.resume_reading()  # closing: its budget holds the reading no more
 
     # --- frames from the broker ---

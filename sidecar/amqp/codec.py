@@ -47,6 +47,7 @@ __all__ = [
     "Request",
     "basic_cancel",
     "basic_consume",
+    "basic_nack",
     "basic_qos",
     "basic_reject",
     "channel_close",
@@ -179,6 +180,17 @@ def queue_declare_passive(name: str) -> Request:
 def exchange_declare_passive(name: str) -> Request:
     """Return a passive ``exchange.declare``: a check, which closes the channel with 404."""
     return _request(spec.Exchange.Declare(exchange=name, passive=True))
+
+
+def basic_nack(channel: int, delivery_tag: int, *, multiple: bool) -> bytes:
+    """Return a ``basic.nack`` frame that requeues (``multiple`` with tag 0: every unacked).
+
+    RabbitMQ 4.3+ spends no attempt of a quorum queue's delivery limit on it, unlike a
+    ``basic.reject`` or a channel's close (docs/decisions/0068).
+    """
+    return pamqp_frame.marshal(
+        spec.Basic.Nack(delivery_tag=delivery_tag, multiple=multiple, requeue=True), channel
+    )
 
 
 def basic_reject(channel: int, delivery_tag: int, *, requeue: bool) -> bytes:

@@ -73,12 +73,27 @@ async def test_a_lone_ack_is_not_multiple_and_close_sends_pending_acks_first() -
     closing = asyncio.create_task(ack_then_close())
     await asyncio.sleep(0)
     assert link.acks() == [(8, False)]
-    ack, close = (pamqp_frame.unmarshal(data)[2] for data in link.written[-2:])
+    ack, nack, close = (pamqp_frame.unmarshal(data)[2] for data in link.written[-3:])
     assert isinstance(ack, spec.Basic.Ack)
+    # 7, still unacked, goes back by a nack (free on a 4.3 quorum queue), then the close.
+    assert isinstance(nack, spec.Basic.Nack)
+    assert (nack.delivery_tag, nack.multiple, nack.requeue) == (0, True, True)
     assert isinstance(close, spec.Channel.Close)
     control(channel, spec.Channel.CloseOk())
     await closing
     assert not await channel.ack(7)  # a closed channel: the broker redelivers it
+
+
+async def test_a_channel_that_never_consumed_closes_without_a_nack() -> None:
+    """A publishing channel holds no deliveries: its close is the close alone."""
+    link = FakeLink()
+    channel = await opened(link)
+    closing = asyncio.create_task(channel.close())
+    await asyncio.sleep(0)
+    assert [m.name for m in link.methods()][-1] == "Channel.Close"
+    assert "Basic.Nack" not in [m.name for m in link.methods()]
+    control(channel, spec.Channel.CloseOk())
+    await closing
 
 
 async def test_confirms_settle_by_tag_multiple_included_and_returns_by_match() -> None:
@@ -379,3 +394,19 @@ async def test_a_rejected_delivery_leaves_as_basic_reject_and_no_ack_covers_it()
     assert link.acks() == [(3, True)]  # 1 and 3 in one, the rejected 2 no longer waited for
     await channel.close()
     assert not await channel.reject(3, requeue=True)  # a closed channel: the broker redelivers
+
+
+async def test_a_requeue_leaves_as_basic_nack_which_4_3_does_not_count() -> None:
+    """requeue=True: a nack for the one tag (a quorum queue of 4.3+ spends no attempt)."""
+    link = FakeLink()
+    channel, _ = await consuming(link)
+    for tag in (1, 2):
+        deliver(channel, tag)
+    await asyncio.sleep(0)
+    assert await channel.reject(2, requeue=True)
+    assert await channel.ack(1)
+    await asyncio.sleep(0)
+    assert "Basic.Reject" not in [m.name for m in link.methods()]
+    (nack,) = [m for m in link.methods() if m.name == "Basic.Nack"]
+    assert (nack.delivery_tag, nack.multiple, nack.requeue) == (2, False, True)
+    assert link.acks() == [(1, False)]
