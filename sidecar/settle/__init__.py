@@ -18,7 +18,13 @@ from sidecar.settle.answers import (
     Unwritable,
 )
 from sidecar.settle.backoff import Backoff, backoff_s
-from sidecar.settle.holds import QUARANTINE_SHARE, HoldLimits, consumer_timeout_after, slow_confirm
+from sidecar.settle.holds import (
+    QUARANTINE_SHARE,
+    HoldLimits,
+    consumer_timeout_after,
+    delivery_limit_reached,
+    slow_confirm,
+)
 from sidecar.settle.publish_gate import (
     PROBE_BODY,
     PROBE_ROUTING_KEY,
@@ -29,6 +35,8 @@ from sidecar.settle.publish_gate import (
     probe_again,
 )
 from sidecar.settle.settlement import (
+    DEFAULT_DELIVERY_LIMIT,
+    DELIVERY_COUNT,
     ORIGINAL_HEADER_BYTES,
     QUARANTINED_FROM,
     Copy,
@@ -69,6 +77,8 @@ from sidecar.settle.window import START_WINDOW, in_flight_window, next_window, r
 
 __all__ = [
     "BUG_REASON",
+    "DEFAULT_DELIVERY_LIMIT",
+    "DELIVERY_COUNT",
     "ORIGINAL_HEADER_BYTES",
     "PROBE_BODY",
     "PROBE_ROUTING_KEY",
@@ -116,6 +126,7 @@ __all__ = [
     "begin",
     "bounded",
     "consumer_timeout_after",
+    "delivery_limit_reached",
     "in_flight_window",
     "log_origin",
     "next_window",

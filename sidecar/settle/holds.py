@@ -10,6 +10,7 @@ this module decides the rest, each a total function over closed sets:
 - ``after_hold``: how long a held delivery may still wait, or that it must go to
   quarantine (or be dead-lettered) before the broker's consumer_timeout takes it back;
 - ``consumer_timeout_after``: the consumer_timeout to hold by once the broker took one back;
+- ``delivery_limit_reached``: a delivery one return from its quorum queue's limit;
 - ``blocked`` and ``slow_confirm``: what /readyz says while a delivery waits on the broker.
 """
 
@@ -19,10 +20,21 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, assert_never
 
-from sidecar.settle.settlement import Alone, Copy, DeadLetter, Hold, Quarantine, bounded
+from sidecar.settle.settlement import (
+    DELIVERY_COUNT,
+    Alone,
+    Copy,
+    DeadLetter,
+    Hold,
+    Quarantine,
+    bounded,
+)
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from sidecar.settle.settlement import Plan
+    from sidecar.wire import FieldValue
 
 __all__ = [
     "ACCESS_REFUSED",
@@ -34,6 +46,7 @@ __all__ = [
     "after_refusal",
     "blocked",
     "consumer_timeout_after",
+    "delivery_limit_reached",
     "slow_confirm",
 ]
 
@@ -165,4 +178,29 @@ def slow_confirm(exchange: str, *, limit_s: float) -> str:
     return (
         f'no confirm from the broker within {limit_s:.0f}s for a publish to exchange "{exchange}"'
         " (a memory or disk alarm?); still waiting, it will not be sent twice"
+    )
+
+
+def delivery_limit_reached(headers: Mapping[str, FieldValue], limit: int) -> str | None:
+    """Return why a delivery goes to quarantine before its queue's delivery limit, or None.
+
+    A quorum queue counts in ``x-delivery-count`` the returns that spent an attempt (on
+    RabbitMQ 4.3 not a ``basic.nack``; a ``basic.reject``, a channel's close or a lost
+    connection on every version: tests/faults/test_broker_versions.py), and past
+    ``x-delivery-limit`` drops the message, or dead-letters it: a delivery with ``limit``
+    spent is its last. At ``limit - 1`` spent the delivery goes to quarantine, where it
+    is kept, rather than to the target, so that a return during that publish still
+    leaves it the last delivery (docs/decisions/0068).
+    """
+    spent = headers.get(DELIVERY_COUNT)
+    if limit <= 0 or not isinstance(spent, int) or isinstance(spent, bool):
+        return None
+    if spent < max(limit - 1, 1):
+        return None
+    return (
+        f"delivery limit: the broker has given this message back {spent} times"
+        f" ({DELIVERY_COUNT}); a quorum queue with x-delivery-limit {limit} (RabbitMQ 4.x's"
+        " default) drops or dead-letters it at the next return, so it is quarantined first."
+        " Look for what keeps returning it: lost connections, the broker's consumer_timeout,"
+        " a sidecar that crashes on it"
     )

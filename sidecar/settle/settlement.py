@@ -36,6 +36,8 @@ if TYPE_CHECKING:
     from sidecar.wire import Delivery, FieldValue, UnreadBody, UnreadHeader
 
 __all__ = [
+    "DEFAULT_DELIVERY_LIMIT",
+    "DELIVERY_COUNT",
     "ORIGINAL_ERROR",
     "ORIGINAL_HEADERS",
     "ORIGINAL_HEADER_BYTES",
@@ -66,6 +68,8 @@ ORIGINAL_HEADER_BYTES: Final = "acemq-original-header-bytes"
 REASON_MAX = 4096  # characters of a reason kept in x-acemq-error and in a log line
 SHORT_REASON_MAX = 300  # a reason and a note that fit the smallest frame the broker allows
 ORIGIN_LOG_MAX = 200  # characters of an origin in a log line
+DELIVERY_COUNT: Final = "x-delivery-count"  # a quorum queue's count of a message's returns
+DEFAULT_DELIVERY_LIMIT: Final = 20  # a quorum queue's x-delivery-limit from RabbitMQ 4.0
 
 
 class Outcome(StrEnum):
@@ -85,6 +89,7 @@ class Target:
     routing_key: str | None  # None: keep the delivery's own routing key
     audit: bool
     policy: Policy
+    delivery_limit: int = DEFAULT_DELIVERY_LIMIT  # the staging queue's; 0: none is assumed
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, init=False)

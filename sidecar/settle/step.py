@@ -30,7 +30,7 @@ from sidecar.settle.answers import (
     Returned,
     Unwritable,
 )
-from sidecar.settle.holds import after_hold, after_refusal, blocked
+from sidecar.settle.holds import after_hold, after_refusal, blocked, delivery_limit_reached
 from sidecar.settle.settlement import (
     Alone,
     DeadLetter,
@@ -252,6 +252,9 @@ def begin(delivery: Delivery, target: Target, *, now_ms: int, new_id: Callable[[
 
     A bug in planning quarantines the delivery: a redelivery would meet the same bug.
     """
+    spent = delivery_limit_reached(delivery.headers, target.delivery_limit)
+    if spent is not None and delivery.unread_body is None:  # while a return leaves it one
+        return Step(Publish(Quarantine(spent), alone=False), Attempt(plan=Quarantine(spent)), ())
     try:
         plan, verdict = plan_delivery(delivery, target, now_ms=now_ms, new_id=new_id)
     except Exception as e:  # noqa: BLE001 - a bug quarantines the message; Bug carries it to the log

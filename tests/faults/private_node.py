@@ -147,11 +147,22 @@ def private_node(
         inside = host.exec if host is not None else ()
     if _ctl(name, "status", inside=inside).returncode == 0:
         pytest.fail(f"a node called {name} already runs; stop it: rabbitmqctl -n {name} stop")
-    temp = None if root is None else root / "tmp"
-    with tempfile.TemporaryDirectory(prefix="acemq-node-", dir=temp) as folder:
-        yield from _run_node(
-            name, Path(folder), conf=conf, advanced=advanced, inside=inside, root=root
-        )
+    with _folder(None if root is None else root / "tmp") as folder:
+        yield from _run_node(name, folder, conf=conf, advanced=advanced, inside=inside, root=root)
+
+
+@contextlib.contextmanager
+def _folder(parent: Path | None) -> Iterator[Path]:
+    """A new folder, removed after; a node still exiting may write in it for a moment."""
+    folder = Path(tempfile.mkdtemp(prefix="acemq-node-", dir=parent))
+    try:
+        yield folder
+    finally:
+        for _ in range(20):
+            shutil.rmtree(folder, ignore_errors=True)
+            if not folder.exists():
+                break
+            time.sleep(POLL_S)
 
 
 def _run_node(

@@ -474,3 +474,173 @@ async def test_an_unroutable_copy_comes_back_and_is_quarantined_as_unroutable(
         quarantined_unroutable=len(reasons),
         reason=next(iter(reasons.values())),
     )
+
+
+# --- what each way of giving a delivery back spends of a quorum queue's delivery limit -----
+
+GIVE_BACKS = ("basic.reject", "basic.nack", "channel.close", "connection.close")
+COUNT_HEADERS = ("x-delivery-count", "x-acquired-count")
+
+
+def counts_of(headers: dict[str, Any] | None) -> dict[str, int]:
+    """The broker's counts a delivery carries (0 where a header is absent)."""
+    return {name: int((headers or {}).get(name, 0)) for name in COUNT_HEADERS}
+
+
+async def give_back_once(url: str, queue: str, way: str) -> dict[str, int]:
+    """Get the queue's one message (no ack), give it back ``way``; return its counts seen."""
+    connection = await aiormq.connect(url)
+    try:
+        channel = await connection.channel()
+        got = await channel.basic_get(queue, no_ack=False)
+        assert isinstance(got.delivery, Basic.GetOk), f"nothing in {queue}"
+        seen = counts_of(got.header.properties.headers)
+        tag = got.delivery.delivery_tag
+        assert tag is not None
+        if way == "basic.reject":
+            await channel.basic_reject(tag, requeue=True)
+        elif way == "basic.nack":
+            await channel.basic_nack(tag, requeue=True)
+        elif way == "channel.close":
+            await channel.close()
+    finally:
+        await connection.close()
+    return seen
+
+
+async def test_what_each_give_back_spends_of_a_quorum_queues_delivery_limit(
+    versioned: VersionedNode, nb: Broker
+) -> None:
+    """One message on a quorum queue given back twice each way; the counts it then carries.
+
+    A way spends an attempt when ``x-delivery-count`` rises after it (the broker drops the
+    message past ``x-delivery-limit``). The numbers decide how the sidecar gives back.
+    """
+    queue = await nb.queue("spend", **quorum_staging(versioned))
+    await nb.publish(queue, message_id="spend-1")
+    ways = [way for way in GIVE_BACKS for _ in range(2)]
+    seen = [await give_back_once(nb.url, queue, way) for way in ways]
+    got = await nb.channel.basic_get(queue, no_ack=True)  # the counts after the last way
+    assert isinstance(got.delivery, Basic.GetOk)
+    seen.append(counts_of(got.header.properties.headers))
+    spent: dict[str, list[int]] = {}
+    for index, way in enumerate(ways):
+        rise = seen[index + 1]["x-delivery-count"] - seen[index]["x-delivery-count"]
+        spent.setdefault(way, []).append(rise)
+    report(versioned, "what each give-back spends", spent=spent, last_counts=seen[-1])
+    nack_spends = 0 if versioned.release >= (4, 3) else 1
+    assert spent == {
+        "basic.reject": [1, 1],
+        "basic.nack": [nack_spends, nack_spends],
+        "channel.close": [1, 1],
+        "connection.close": [1, 1],
+    }, spent
+
+
+async def test_a_sigterm_gives_held_deliveries_back_by_nack_which_4_3_does_not_count(
+    versioned: VersionedNode, nb: Broker, sidecar_on_node: Sidecar
+) -> None:
+    """Three SIGTERMs while the target nacks every copy (held), then the target accepts.
+
+    The drain gives the held deliveries back with a ``basic.nack`` before the channel's
+    close: RabbitMQ 4.3 spends no attempt on them (``x-delivery-count`` 0 in the copies),
+    earlier versions one per stop (3). Nothing is lost either way.
+    """
+    sidecar = sidecar_on_node
+    staging = await nb.queue("held.staging", **quorum_staging(versioned))
+    exchange = await nb.exchange("held.target")
+    full = await nb.queue("held.full", **{"x-max-length": 0, "x-overflow": "reject-publish"})
+    await nb.bind(full, exchange)
+    quarantine, quarantined = await declare_quarantine(nb)
+    ids = make_ids("held", 5)
+    await publish_ids(nb, staging, ids)
+    sidecar.write(
+        route_map(
+            sidecar,
+            quarantine=quarantine,
+            routes=[route("held", staging, exchange)],
+            nack_retry={"max_attempts": 1000, "max_s": 3600},
+        )
+    )
+    stops = 3
+    for _ in range(stops):
+        await sidecar.start(wait_ready=False)
+
+        async def holding() -> bool:
+            status, _ = await sidecar.get("/metrics")
+            if status != 200:  # not serving yet
+                return False
+            metrics = await scrape(sidecar)
+            return metrics.value("acemq_sidecar_in_flight", route="held") == len(ids)
+
+        await eventually(holding, timeout_s=30, what="every delivery held", context=sidecar.output)
+        sidecar.send(signal.SIGTERM)
+        assert await sidecar.wait_exit(timeout_s=GRACE_S + 5) == 0, sidecar.output()
+    await nb.channel.queue_unbind(full, exchange, routing_key="#")
+    target = await nb.queue("held.out")
+    await nb.bind(target, exchange)
+    await sidecar.start(wait_ready=False)
+    counts: dict[str, int] = {}
+
+    async def arrived() -> bool:
+        while True:
+            got = await nb.channel.basic_get(target, no_ack=True)
+            if not isinstance(got.delivery, Basic.GetOk):
+                return set(ids) <= set(counts)
+            headers = got.header.properties.headers or {}
+            count = headers.get("x-delivery-count", 0)
+            assert isinstance(count, int)
+            counts[str(got.header.properties.message_id)] = count
+
+    await eventually(arrived, timeout_s=60, what="every id relayed", context=sidecar.output)
+    assert await nb.depth(quarantined) == 0
+    spent = sorted(set(counts.values()))
+    report(versioned, "SIGTERM while held, three times", stops=stops, delivery_counts=spent)
+    assert spent == ([0] if versioned.release >= (4, 3) else [stops]), counts
+
+
+async def test_a_message_one_return_from_its_last_delivery_is_quarantined_naming_the_limit(
+    versioned: VersionedNode, nb: Broker, sidecar_on_node: Sidecar
+) -> None:
+    """Quorum staging at the default limit (20): one message given back 19 times, one 18.
+
+    ``basic.reject`` (requeue) spends an attempt on every version. The one at 19 would have
+    only its last delivery after one more return: it goes to quarantine, the reason naming
+    the limit; the one at 18 is relayed.
+    """
+    sidecar = sidecar_on_node
+    exchange = await nb.exchange("limit.target")
+    target = await nb.queue("limit.out")
+    await nb.bind(target, exchange)
+    quarantine, quarantined = await declare_quarantine(nb)
+    routes = []
+    for msg_id, returns in (("limit-19", DEFAULT_DELIVERY_LIMIT - 1), ("limit-18", 18)):
+        staging = await nb.queue(f"{msg_id}.staging", **quorum_staging(versioned))
+        await nb.publish(staging, headers={ID_HEADER: msg_id}, message_id=msg_id)
+        for _ in range(returns):
+            await give_back_once(nb.url, staging, "basic.reject")
+        routes.append(route(msg_id, staging, exchange))
+    sidecar.write(route_map(sidecar, quarantine=quarantine, routes=routes))
+    await sidecar.start()
+    relayed = await take_every(nb, target, ["limit-18"], sidecar=sidecar)
+    reasons: dict[str, str] = {}
+
+    async def quarantined_one() -> bool:
+        got = await nb.channel.basic_get(quarantined, no_ack=True)
+        if isinstance(got.delivery, Basic.GetOk):
+            headers = got.header.properties.headers or {}
+            reasons[str(got.header.properties.message_id)] = str(headers.get("x-acemq-error"))
+        return bool(reasons)
+
+    await eventually(quarantined_one, timeout_s=30, what="limit-19 quarantined")
+    assert set(reasons) == {"limit-19"}, reasons
+    assert reasons["limit-19"].startswith("delivery limit: "), reasons
+    assert "back 19 times" in reasons["limit-19"], reasons
+    assert relayed == ["limit-18"]
+    report(
+        versioned,
+        "one return from the last delivery",
+        quarantined=sorted(reasons),
+        relayed=relayed,
+        reason=reasons["limit-19"],
+    )

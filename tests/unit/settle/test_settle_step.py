@@ -39,7 +39,7 @@ from sidecar.settle.holds import (
     HoldLimits,
     blocked,
 )
-from sidecar.settle.settlement import Copy, Outcome, Plan, Quarantine, Target
+from sidecar.settle.settlement import DELIVERY_COUNT, Copy, Outcome, Plan, Quarantine, Target
 from sidecar.settle.step import (
     LOST_CHANNEL,
     Ack,
@@ -136,6 +136,27 @@ def test_a_canonical_delivery_begins_with_its_copy_on_the_shared_channel() -> No
     assert not step.action.alone
     assert step.attempt == Attempt(plan=step.action.plan)
     assert step.events == ()
+
+
+@pytest.mark.parametrize(
+    ("spent", "quarantined"), [(0, False), (18, False), (19, True), (20, True)]
+)
+def test_a_delivery_one_return_from_its_last_begins_with_quarantine_naming_the_limit(
+    spent: int, *, quarantined: bool
+) -> None:
+    """At 19 of the default 20 spent, one more return would leave only the last delivery."""
+    message = delivery({**CANONICAL, DELIVERY_COUNT: Int64(spent)})
+    step = begin(message, target(), now_ms=1_790_000_000_000, new_id=new_id)
+    assert isinstance(step.action, Publish)
+    plan = step.action.plan
+    if quarantined:
+        assert isinstance(plan, Quarantine)
+        assert plan.reason.startswith("delivery limit: ")
+        assert f"back {spent} times" in plan.reason
+        assert "x-delivery-limit 20" in plan.reason
+        assert step.events == ()
+    else:
+        assert isinstance(plan, Copy)
 
 
 def test_violations_are_an_event_of_the_first_step() -> None:

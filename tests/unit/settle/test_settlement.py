@@ -10,8 +10,10 @@ import pytest
 
 from sidecar.contract import ERROR, ORIGINAL_USER_ID, Policy, Publishers, Reject, Relay
 from sidecar.errors import WireError
-from sidecar.settle.holds import slow_confirm
+from sidecar.settle.holds import delivery_limit_reached, slow_confirm
 from sidecar.settle.settlement import (
+    DEFAULT_DELIVERY_LIMIT,
+    DELIVERY_COUNT,
     ORIGINAL_ERROR,
     ORIGINAL_HEADER_BYTES,
     ORIGINAL_HEADERS,
@@ -114,6 +116,27 @@ def test_an_undecodable_table_goes_to_quarantine_without_a_verdict(
     decided, verdict = plan(new_id, message)
     assert decided == Quarantine("header table cannot be decoded: truncated at 0")
     assert verdict is None
+
+
+@pytest.mark.parametrize(
+    ("headers", "limit", "expected"),
+    [
+        ({}, 20, False),  # a classic queue: no count
+        ({DELIVERY_COUNT: 19}, 0, False),  # no limit assumed
+        ({DELIVERY_COUNT: "19"}, 20, False),  # not the broker's count
+        ({DELIVERY_COUNT: True}, 2, False),
+        ({DELIVERY_COUNT: 1}, 2, True),
+        ({DELIVERY_COUNT: 0}, 1, False),  # limit 1: quarantined only on its last
+        ({DELIVERY_COUNT: 1}, 1, True),
+        ({DELIVERY_COUNT: 2}, 3, True),
+        ({DELIVERY_COUNT: 1}, 3, False),
+    ],
+)
+def test_delivery_limit_reached_reads_the_brokers_count_only(
+    headers: dict[str, FieldValue], limit: int, *, expected: bool
+) -> None:
+    assert (delivery_limit_reached(headers, limit) is not None) is expected
+    assert DEFAULT_DELIVERY_LIMIT == 20  # RabbitMQ 4.0's default for quorum queues
 
 
 def test_a_reject_goes_to_quarantine_with_the_contracts_reason(new_id: Callable[[], str]) -> None:
