@@ -19,7 +19,9 @@ from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 
-from sidecar.observe.tracing.spans import Sampling, SpanRouteTracer
+from sidecar.observe.tracing.sampling import SampledTracer, Sampling
+from sidecar.observe.tracing.spans import SpanRouteTracer
+from sidecar.routemap import TraceLink
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -205,16 +207,21 @@ class SdkTracing:
         )
         self.tracer = self.provider.get_tracer(SCOPE, version)
 
-    def for_route(self, route: Route, *, quarantine_exchange: str) -> SpanRouteTracer:
+    def for_route(self, route: Route, *, quarantine_exchange: str) -> SampledTracer:
         """Return the tracer of ``route``."""
-        return SpanRouteTracer(
+        spans = SpanRouteTracer(
             route,
             tracer=self.tracer,
             quarantine_exchange=quarantine_exchange,
             link=self.config.link,
             traceparent=self.config.traceparent,
+        )
+        return SampledTracer(
+            route.name,
             sampling=self.sampling,
+            follows=self.config.link is TraceLink.PARENT,
             invalid=self._invalid,
+            begin=spans.begin,
         )
 
     def _shutdown(self) -> None:

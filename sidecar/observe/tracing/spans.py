@@ -12,8 +12,6 @@ counted. Imported only when tracing is on (``setup``); the relay sees ``hooks``'
 
 from __future__ import annotations
 
-import random
-import re
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Final, assert_never
 
@@ -32,6 +30,7 @@ from opentelemetry.trace import (
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from sidecar.contract import CORRELATION, ID, Relay, producer_of
+from sidecar.observe.tracing.sampling import TRACEPARENT
 from sidecar.routemap import TraceLink, TraceParent
 from sidecar.settle import (
     Ack,
@@ -57,20 +56,19 @@ from sidecar.settle import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Mapping
 
     from opentelemetry.trace import Span, Tracer
     from opentelemetry.util.types import AttributeValue
 
     from sidecar.contract import Violation
+    from sidecar.observe.tracing.sampling import Parent
     from sidecar.routemap import Route
     from sidecar.settle import Answer, Event, Plan
     from sidecar.wire import Delivery, FieldValue
 
-__all__ = ["Sampling", "SpanRouteTracer", "destination"]
+__all__ = ["SpanRouteTracer", "destination"]
 
-TRACEPARENT: Final = "traceparent"
-TRACESTATE: Final = "tracestate"
 VALUE_MAX: Final = 256  # characters of a header's value on a span event, when a route opts in
 
 
@@ -90,59 +88,6 @@ class _Headers(Getter["Mapping[str, FieldValue]"]):
 
     def keys(self, carrier: Mapping[str, FieldValue]) -> list[str]:
         return list(carrier)
-
-
-# W3C trace context's traceparent, as the SDK's propagator reads it: version, trace id,
-# parent id, flags (a version other than 00 may add fields).
-_TRACEPARENT: Final = re.compile(
-    r"[ \t]*([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?[ \t]*"
-)
-_TRACE_ID_LOW: Final = 16  # the trace id's last 16 hex digits: what a ratio sampler reads
-_RATIO_SCALE: Final = 1 << 64
-
-
-def _traceparent(value: object) -> tuple[bool, int] | None:
-    """Return a traceparent's sampled flag and its trace id's low 64 bits; None: not one."""
-    if isinstance(value, bytes):
-        try:
-            value = value.decode("ascii")
-        except UnicodeDecodeError:
-            return None
-    if not isinstance(value, str) or (match := _TRACEPARENT.fullmatch(value)) is None:
-        return None
-    version, trace_id, span_id, flags, rest = match.groups()
-    if version == "ff" or (version == "00" and rest) or trace_id == "0" * 32 or span_id == "0" * 16:
-        return None
-    return bool(int(flags, 16) & 1), int(trace_id[_TRACE_ID_LOW:], 16)
-
-
-class Sampling:
-    """Which deliveries get a span, decided before the SDK is asked for one.
-
-    ``parent_based``: a delivery whose traceparent is valid follows its sampled flag (in
-    ``parent`` mode); the others (no or an invalid traceparent, or ``links`` mode) are
-    sampled at ``ratio``, by the producer's trace id when there is one (as the SDK's
-    ``TraceIdRatioBased`` reads it), else by a draw. A sampled-out delivery costs a look
-    at its traceparent and no more.
-    """
-
-    __slots__ = ("_bound", "_draw", "parent_based", "ratio")
-
-    def __init__(
-        self, *, parent_based: bool, ratio: float, draw: Callable[[], float] = random.random
-    ) -> None:
-        self.parent_based = parent_based
-        self.ratio = ratio
-        self._bound = round(ratio * _RATIO_SCALE)
-        self._draw = draw
-
-    def sampled(self, parent: tuple[bool, int] | None, *, follows: bool) -> bool:
-        """Decide for a delivery with ``parent`` (flag, trace id) that it ``follows`` or not."""
-        if parent is not None:
-            if follows and self.parent_based:
-                return parent[0]
-            return parent[1] < self._bound
-        return self._draw() < self.ratio
 
 
 _GETTER: Final = _Headers()
@@ -183,30 +128,19 @@ class SpanRouteTracer:
         quarantine_exchange: str,
         link: TraceLink,
         traceparent: TraceParent,
-        sampling: Sampling,
-        invalid: Callable[[str], None],
     ) -> None:
         self.route = route
-        self.sampling = sampling
         self.tracer = tracer
         self.quarantine_exchange = quarantine_exchange
         self.links = link is TraceLink.LINKS
         self.rewrite = traceparent is TraceParent.SEND_SPAN
-        self._invalid = invalid
         self.process_name = f"process {route.queue}"
         self.send_target_name = f"send {route.exchange or 'amq.default'}"
         self.send_quarantine_name = f"send {quarantine_exchange}"
 
-    def start(self, delivery: Delivery) -> _DeliverySpan | None:
-        """Start the delivery's process span; None when it is sampled out."""
+    def begin(self, delivery: Delivery, parent: Parent | None) -> _DeliverySpan:
+        """Start the process span of a delivery ``sampling`` kept; ``parent``: its traceparent's."""
         headers = delivery.headers
-        parent = None
-        if (raw := headers.get(TRACEPARENT)) is not None:
-            parent = _traceparent(raw)
-            if parent is None:
-                self._invalid(self.route.name)  # ignored: the delivery starts a trace
-        if not self.sampling.sampled(parent, follows=not self.links):
-            return None
         context = _EMPTY
         links: list[Link] | None = None
         if parent is not None:

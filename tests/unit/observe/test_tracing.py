@@ -327,7 +327,7 @@ async def test_an_invalid_traceparent_is_counted_when_sampled_out_too() -> None:
 def test_a_ratio_samples_by_the_producers_trace_id_as_the_sdk_does() -> None:
     from opentelemetry.sdk.trace.sampling import Decision, TraceIdRatioBased  # noqa: PLC0415
 
-    from sidecar.observe.tracing.spans import Sampling  # noqa: PLC0415
+    from sidecar.observe.tracing.sampling import Sampling  # noqa: PLC0415
 
     sampling, sdk = Sampling(parent_based=False, ratio=0.25), TraceIdRatioBased(0.25)
     for low in (0, 1 << 61, (1 << 62) - 1, 1 << 62, (1 << 64) - 1):

@@ -1,0 +1,114 @@
+"""Which deliveries get a span: decided from the ``traceparent`` header, before any span.
+
+A route's ``SampledTracer`` is what the relay holds while tracing is on. It reads the
+header (W3C trace context: version, trace id, parent id, flags), counts one that is not
+trace context, decides with ``Sampling``, and only for a delivery it keeps calls into the
+OpenTelemetry SDK (``spans``). Imports nothing of OpenTelemetry, and is compiled with the
+relay: a delivery sampled out costs this module's work and no more.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from sidecar.observe.tracing.hooks import DeliveryTrace
+    from sidecar.wire import Delivery
+
+__all__ = ["TRACEPARENT", "Parent", "SampledTracer", "Sampling", "traceparent"]
+
+TRACEPARENT: Final = "traceparent"
+# W3C trace context's traceparent, as the SDK's propagator reads it: version, trace id,
+# parent id, flags (a version other than 00 may add fields).
+_TRACEPARENT: Final = re.compile(
+    r"[ \t]*([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?[ \t]*"
+)
+_ZERO_TRACE: Final = "0" * 32
+_ZERO_SPAN: Final = "0" * 16
+_RATIO_SCALE: Final = 1 << 64
+
+Parent = tuple[bool, int]  # a valid traceparent's sampled flag and its trace id's low 64 bits
+
+
+def traceparent(value: object) -> Parent | None:
+    """Return a traceparent's sampled flag and its trace id's low 64 bits; None: not one."""
+    if isinstance(value, bytes):
+        try:
+            value = value.decode("ascii")
+        except UnicodeDecodeError:
+            return None
+    if not isinstance(value, str):
+        return None
+    match = _TRACEPARENT.fullmatch(value)
+    if match is None:
+        return None
+    version, trace_id, span_id, flags, rest = match.groups()
+    if (
+        version == "ff"
+        or (version == "00" and rest)
+        or trace_id == _ZERO_TRACE
+        or span_id == _ZERO_SPAN
+    ):
+        return None
+    return bool(int(flags, 16) & 1), int(trace_id[16:], 16)
+
+
+class Sampling:
+    """Which deliveries get a span.
+
+    ``parent_based``: a delivery whose traceparent is valid follows its sampled flag (when
+    its span is the producer's child); the others (no or an invalid traceparent, or
+    ``links`` mode) are sampled at ``ratio``, by the producer's trace id when there is one
+    (as the SDK's ``TraceIdRatioBased`` reads it), else by a draw.
+    """
+
+    def __init__(
+        self, *, parent_based: bool, ratio: float, draw: Callable[[], float] = random.random
+    ) -> None:
+        self.parent_based = parent_based
+        self.ratio = ratio
+        self._bound = round(ratio * _RATIO_SCALE)
+        self._draw = draw
+
+    def sampled(self, parent: Parent | None, *, follows: bool) -> bool:
+        """Decide for a delivery with ``parent`` (flag, trace id) that it ``follows`` or not."""
+        if parent is not None:
+            if follows and self.parent_based:
+                return parent[0]
+            return parent[1] < self._bound
+        return self._draw() < self.ratio
+
+
+class SampledTracer:
+    """One route's tracer as the relay holds it: the decision here, the span in ``begin``."""
+
+    def __init__(
+        self,
+        route: str,
+        *,
+        sampling: Sampling,
+        follows: bool,
+        invalid: Callable[[str], None],
+        begin: Callable[[Delivery, Parent | None], DeliveryTrace],
+    ) -> None:
+        self._route = route
+        self._sampling = sampling
+        self._follows = follows  # the span is the producer's child (not linked to it)
+        self._invalid = invalid
+        self._begin = begin
+
+    def start(self, delivery: Delivery) -> DeliveryTrace | None:
+        """Start the delivery's span; None when it is sampled out (nothing else is made)."""
+        raw = delivery.headers.get(TRACEPARENT)
+        parent = None
+        if raw is not None:
+            parent = traceparent(raw)
+            if parent is None:
+                self._invalid(self._route)  # ignored: the delivery starts a trace
+        if not self._sampling.sampled(parent, follows=self._follows):
+            return None
+        return self._begin(delivery, parent)
