@@ -30,7 +30,12 @@ from sidecar.relay.lane import PublishLane
 from sidecar.relay.settler import Settler
 from sidecar.relay.state import RouteState
 from sidecar.relay.waits import first_of, sleep_unless
-from sidecar.settle import QUARANTINE_SHARE, Backoff, consumer_timeout_after
+from sidecar.settle import (
+    QUARANTINE_SHARE,
+    Backoff,
+    consumer_timeout_after,
+    read_permission_named,
+)
 
 if TYPE_CHECKING:
     from sidecar.amqp import Consumer, RelayConnection
@@ -104,7 +109,7 @@ class RouteWorker:
                 if opened is None:
                     break
             except (MissingEntityError, ChannelLostError) as e:
-                state.pause(str(e))
+                state.pause(read_permission_named(str(e)))
             except Exception as e:
                 # Never let one route take the others down with it.
                 log.exception("route %s: unexpected error while starting", self.route.name)

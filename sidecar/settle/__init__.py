@@ -23,6 +23,7 @@ from sidecar.settle.holds import (
     HoldLimits,
     consumer_timeout_after,
     delivery_limit_reached,
+    read_permission_named,
     slow_confirm,
 )
 from sidecar.settle.publish_gate import (
@@ -133,6 +134,7 @@ __all__ = [
     "original_headers",
     "probe_again",
     "quarantine_copy",
+    "read_permission_named",
     "reason_kind",
     "reason_only",
     "refill",

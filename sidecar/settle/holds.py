@@ -11,6 +11,7 @@ this module decides the rest, each a total function over closed sets:
   quarantine (or be dead-lettered) before the broker's consumer_timeout takes it back;
 - ``consumer_timeout_after``: the consumer_timeout to hold by once the broker took one back;
 - ``delivery_limit_reached``: a delivery one return from its quorum queue's limit;
+- ``read_permission_named``: a route's start refused, the permission it lacks named;
 - ``blocked`` and ``slow_confirm``: what /readyz says while a delivery waits on the broker.
 """
 
@@ -47,6 +48,7 @@ __all__ = [
     "blocked",
     "consumer_timeout_after",
     "delivery_limit_reached",
+    "read_permission_named",
     "slow_confirm",
 ]
 
@@ -204,3 +206,21 @@ def delivery_limit_reached(headers: Mapping[str, FieldValue], limit: int) -> str
         " Look for what keeps returning it: lost connections, the broker's consumer_timeout,"
         " a sidecar that crashes on it"
     )
+
+
+# RabbitMQ 3.10.8: "403 ACCESS_REFUSED - access to queue 'Q' in vhost 'V' refused for user
+# 'U'"; 4.0.5 and 4.3.6 say "read access to queue": only the later names the permission.
+_QUEUE_REFUSED = re.compile(r"\b403\b.*?(?<!read )access to queue '([^']*)'")
+
+
+def read_permission_named(reason: str) -> str:
+    """Return why a route could not start, naming the permission a queue's 403 leaves out.
+
+    The relay only reads its staging queue (a passive declare, then ``basic.consume``), so
+    a 403 on it means the login lacks read permission there; configure is never needed
+    (tests/faults/test_broker_versions.py, on 3.10.8, 4.0.5 and 4.3.6).
+    """
+    match = _QUEUE_REFUSED.search(reason)
+    if match is None:
+        return reason
+    return f"{reason}: the login needs read permission on queue '{match.group(1)}'"

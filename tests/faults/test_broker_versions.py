@@ -313,6 +313,48 @@ async def test_a_relay_user_without_configure_permission_relays_and_quarantines(
     )
 
 
+async def test_a_relay_user_without_read_permission_is_told_which_one_is_missing(
+    versioned: VersionedNode, nb: Broker, node: PrivateNode, tmp_path: Path
+) -> None:
+    """Configure and read on nothing: the route pauses, /readyz names the permission.
+
+    4.x's 403 says ``read access to queue ... refused for user ...``; 3.10.8's only
+    ``access to queue``, to which the sidecar adds that the login needs read permission.
+    The route's state carries it to /readyz and the log, and nothing leaves staging.
+    """
+    user, password = "acemq-noread", "noread-secret"
+    await node.ctl.run("add_user", user, password)
+    await node.ctl.run("set_permissions", "-p", "/", user, "^$", ".*", "^$")
+    sidecar = Sidecar(
+        amqp_url=f"amqp://{user}:{password}@127.0.0.1:{node.amqp_port}/", workdir=tmp_path
+    )
+    try:
+        staging = await nb.queue("noread.staging")
+        exchange = await nb.exchange("noread.target")
+        quarantine, _ = await declare_quarantine(nb)
+        await publish_ids(nb, staging, make_ids("noread", 3))
+        sidecar.write(
+            route_map(sidecar, quarantine=quarantine, routes=[route("noread", staging, exchange)])
+        )
+        await sidecar.start(wait_ready=False)
+        said: list[str] = []
+
+        async def told() -> bool:
+            status, body = await sidecar.get("/readyz")
+            said[:] = [f"{status} {body}"]
+            named = "read access to queue" in body or "needs read permission on queue" in body
+            return status == 503 and named and user in body
+
+        await eventually(
+            told, timeout_s=30, what="/readyz naming read access", context=sidecar.output
+        )
+        assert await nb.depth(staging) == 3
+    finally:
+        await sidecar.kill()
+        await node.ctl.run("delete_user", user)
+    report(versioned, "relay user without read permission", readyz=said[0][:300])
+
+
 # --- global QoS --------------------------------------------------------------------------------
 
 

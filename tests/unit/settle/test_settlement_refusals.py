@@ -13,6 +13,7 @@ from sidecar.settle.holds import (
     after_refusal,
     blocked,
     consumer_timeout_after,
+    read_permission_named,
 )
 from sidecar.settle.settlement import (
     Alone,
@@ -215,3 +216,29 @@ def test_a_timed_out_close_changes_nothing_when_the_map_says_less_already() -> N
     """A route already told a shorter timeout keeps it."""
     limits = HoldLimits(consumer_timeout_s=3.0, nack_max_attempts=10, nack_max_s=300.0)
     assert consumer_timeout_after(TIMED_OUT, held_s=6.2, limits=limits) is None
+
+
+OLD_WORDS = "403 ACCESS_REFUSED - access to queue 'st' in vhost '/' refused for user 'relay'"
+NEW_WORDS = "403 ACCESS_REFUSED - read access to queue 'st' in vhost '/' refused for user 'relay'"
+
+
+@pytest.mark.parametrize(
+    ("reason", "named"),
+    [
+        # RabbitMQ 3.10.8's words name no permission: the sidecar adds it
+        (OLD_WORDS, f"{OLD_WORDS}: the login needs read permission on queue 'st'"),
+        (NEW_WORDS, NEW_WORDS),  # 4.0.5 and 4.3.6 name it already
+        (
+            "404 NOT_FOUND - no queue 'st' in vhost '/'",
+            "404 NOT_FOUND - no queue 'st' in vhost '/'",
+        ),
+        (
+            "403 ACCESS_REFUSED - write access to exchange 'x'",
+            "403 ACCESS_REFUSED - write access to exchange 'x'",
+        ),
+    ],
+)
+def test_a_queues_403_at_start_names_the_read_permission(reason: str, named: str) -> None:
+    assert read_permission_named(f"channel closed by the broker: {reason}") == (
+        f"channel closed by the broker: {named}"
+    )
