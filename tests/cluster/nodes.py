@@ -64,6 +64,7 @@ class Node:
     cookie: str = field(repr=False)
     inside: tuple[str, ...] = ()  # the prefix that runs a command in its test host
     address: str = "127.0.0.1"  # where its clients reach it
+    start_output: str = ""  # what the last start printed, for a failure message
 
     @property
     def url(self) -> str:
@@ -132,12 +133,16 @@ class Node:
 
     def start(self) -> None:
         """``rabbitmq-server -detached`` (returns before the node is up: see await_up)."""
-        subprocess.run(
+        started = subprocess.run(
             [*self.inside, "rabbitmq-server", "-detached"],
             env=self.environment(),
             capture_output=True,
             check=False,
+            text=True,
             timeout=CTL_TIMEOUT_S,
+        )
+        self.start_output = (
+            f"rabbitmq-server exited {started.returncode}: {started.stdout}{started.stderr}"
         )
 
     def is_up(self) -> bool:
@@ -155,7 +160,10 @@ class Node:
         deadline = time.monotonic() + START_TIMEOUT_S
         while not self.is_up():
             if time.monotonic() > deadline:
-                pytest.fail(f"{self.name} did not start in {START_TIMEOUT_S:g}s\n{self.log_tail()}")
+                pytest.fail(
+                    f"{self.name} did not start in {START_TIMEOUT_S:g}s\n{self.start_output}\n"
+                    f"{self.log_tail()}"
+                )
             time.sleep(POLL_S)
 
     def os_pid(self) -> int:
@@ -295,7 +303,11 @@ def three_node_cluster(hosts: tuple[NetHost, ...] = ()) -> Iterator[Cluster]:
         )
         for node in nodes:
             if subprocess.run(
-                ["epmd", "-names"], capture_output=True, check=False, text=True, timeout=10
+                [*node.inside, "epmd", "-names"],
+                capture_output=True,
+                check=False,
+                text=True,
+                timeout=10,
             ).stdout.count(f"name {node.name.partition('@')[0]} "):
                 pytest.fail(f"a node called {node.name} already runs; stop it first")
         try:

@@ -3,11 +3,17 @@
 ``net_host`` makes a namespace with one veth pair per link, each a /30 of its own in
 10.213.0.0/16 (the host's end ``.1``, the namespace's ``.2``), and an ``unreachable`` route
 for that /16 at a high metric, so that no packet of a test ever follows the default route
-off the machine. ``Link.cut`` takes the namespace's end down: every packet across the link
-is dropped, with no FIN and no RST, as a NAT or a load balancer that forgot the connection
-would. (The host's end is never taken down: its route would go with it.) ``Link.mend``
-brings it back. At the end every process in the namespace is killed, and the links, the
-namespace and the route (if this made it) are removed.
+off the machine. Every name carries the test process's id (the namespace's in decimal,
+the interfaces' and the bridge's in hex, to fit 15 characters): two runs at once never
+touch each other's, and what a killed run left behind (its id no longer alive) is swept
+away, the processes inside first, by the next run.
+
+``Link.cut`` takes the namespace's end down: every packet across the link is dropped,
+with no FIN and no RST, as a NAT or a load balancer that forgot the connection would. (The
+host's end is never taken down: its route would go with it.) ``Link.mend`` brings it back.
+Each host runs its own Erlang port mapper (epmd), started with it. At the end every
+process in the namespace is killed, and the links and the namespace are
+removed; the route too once no test host is left.
 
 ``net_hosts`` makes several such hosts for a cluster: each has its own link to this host
 (for clients) and a link to a bridge the hosts share (for the nodes' own traffic), with a
@@ -23,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -40,6 +47,10 @@ SUBNET = "10.213.0.0/16"
 # The third octet of each link's /30, from one drawn per process: two runs at once (CI and
 # a developer's) rarely share one.
 _OCTETS = itertools.count(os.getpid() % 25 * 8)
+_PID = f"{os.getpid():x}"  # at most 6 hex digits (Linux's pid_max is 2**22)
+NETNS_ETC = Path("/etc/netns")
+_OURS = re.compile(r"acemq-\w+-(\d+)")
+_OUR_BRIDGE = re.compile(r"ac-[a-z0-9]+-([0-9a-f]{1,6})")
 UNREACHABLE_METRIC = "4000"
 IP_TIMEOUT_S = 20.0
 
@@ -108,26 +119,24 @@ def net_host(tag: str, *, links: int) -> Iterator[NetHost]:
     subnets are counted from one drawn by the process id.
     """
     _require()
-    name = f"acemq-{tag}"
+    _sweep()
+    name = f"acemq-{tag}-{os.getpid()}"
     made: list[Link] = []
-    added_route = False
-    ip("netns", "del", name, check=False)  # one a killed run left behind
     ip("netns", "add", name)
     try:
         if "unreachable" not in ip("route", "show", SUBNET).stdout:
             ip("route", "add", "unreachable", SUBNET, "metric", UNREACHABLE_METRIC)
-            added_route = True
         ip("-n", name, "link", "set", "lo", "up")
+        _start_epmd(name)
         for index in range(links):
             octet = next(_OCTETS) % 200  # 200 and up: the bridges'
             link = Link(
                 namespace=name,
-                host_end=f"ac{tag}{index}h"[:15],
-                inside_end=f"ac{tag}{index}n"[:15],
+                host_end=f"ac{tag}{_PID}{index}h",
+                inside_end=f"ac{tag}{_PID}{index}n",
                 host_address=f"10.213.{octet}.1",
                 inside_address=f"10.213.{octet}.2",
             )
-            ip("link", "del", link.host_end, check=False)
             ip("link", "add", link.host_end, "type", "veth", "peer", "name", link.inside_end)
             made.append(link)
             ip("link", "set", link.inside_end, "netns", name)
@@ -141,7 +150,7 @@ def net_host(tag: str, *, links: int) -> Iterator[NetHost]:
         for link in made:
             ip("link", "del", link.host_end, check=False)
         ip("netns", "del", name, check=False)
-        if added_route:
+        if not _ours(ip("netns", "list", check=False).stdout.split()):
             ip("route", "del", "unreachable", SUBNET, "metric", UNREACHABLE_METRIC, check=False)
 
 
@@ -149,17 +158,17 @@ def net_host(tag: str, *, links: int) -> Iterator[NetHost]:
 def net_hosts(tag: str, *, count: int) -> Iterator[tuple[NetHost, ...]]:
     """Make ``count`` test hosts with a client link each and a shared bridge; remove all after.
 
-    Host ``i`` is ``acemq-<tag><i>``, named ``<tag><i>`` on the bridge.
+    Host ``i`` is ``acemq-<tag><i>-<pid>``, named ``<tag><i>`` on the bridge.
     """
     _require()
-    bridge = f"ac{tag}br"[:15]
+    _sweep()
+    bridge = f"ac-{tag}-{_PID}"
     lan = 200 + os.getpid() % 50  # the bridge's /24: 10.213.<lan>.0
     names = [f"{tag}{index + 1}" for index in range(count)]
     hosts_file = "127.0.0.1 localhost\n" + "".join(
         f"10.213.{lan}.{index + 1} {name}\n" for index, name in enumerate(names)
     )
-    folders = [Path("/etc/netns") / f"acemq-{name}" for name in names]
-    ip("link", "del", bridge, check=False)
+    folders = [NETNS_ETC / f"acemq-{name}-{os.getpid()}" for name in names]
     ip("link", "add", bridge, "type", "bridge")
     try:
         ip("link", "set", bridge, "up")
@@ -171,12 +180,11 @@ def net_hosts(tag: str, *, count: int) -> Iterator[tuple[NetHost, ...]]:
                 host = stack.enter_context(net_host(name, links=1))
                 peer = Link(
                     namespace=host.name,
-                    host_end=f"ac{name}ph"[:15],
-                    inside_end=f"ac{name}pn"[:15],
+                    host_end=f"ac{name}{_PID}p",
+                    inside_end=f"ac{name}{_PID}q",
                     host_address="",
                     inside_address=f"10.213.{lan}.{index + 1}",
                 )
-                ip("link", "del", peer.host_end, check=False)
                 ip("link", "add", peer.host_end, "type", "veth", "peer", "name", peer.inside_end)
                 stack.callback(ip, "link", "del", peer.host_end, check=False)
                 ip("link", "set", peer.inside_end, "netns", host.name)
@@ -198,6 +206,47 @@ def net_hosts(tag: str, *, count: int) -> Iterator[tuple[NetHost, ...]]:
         ip("link", "del", bridge, check=False)
         for folder in folders:
             shutil.rmtree(folder, ignore_errors=True)
+
+
+def _ours(names: list[str]) -> list[tuple[str, int]]:
+    """The test hosts among these namespace names, with the id of the process that made each."""
+    return [(name, int(m[1])) for name in names if (m := _OURS.fullmatch(name))]
+
+
+def _alive(pid: int) -> bool:
+    return Path(f"/proc/{pid}").exists()
+
+
+def _sweep() -> None:
+    """Remove what killed runs left: their test hosts (processes first), bridges, hosts files."""
+    for name, pid in _ours(ip("netns", "list", check=False).stdout.split()):
+        if not _alive(pid):
+            _kill_inside(name)
+            ip("netns", "del", name, check=False)
+    for line in ip("-o", "link", "show", "type", "bridge", check=False).stdout.splitlines():
+        bridge = line.split(":")[1].strip()
+        if (m := _OUR_BRIDGE.fullmatch(bridge)) and not _alive(int(m[1], 16)):
+            ip("link", "del", bridge, check=False)
+    for folder in NETNS_ETC.glob("acemq-*") if NETNS_ETC.is_dir() else ():
+        if (m := _OURS.fullmatch(folder.name)) and not _alive(int(m[1])):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _start_epmd(name: str) -> None:
+    """Start the host's own Erlang port mapper and wait until it answers.
+
+    A node's start and the first ``rabbitmqctl`` would each start one otherwise; the
+    loser of that race can take the node down with it before it has registered.
+    """
+    inside = ("ip", "netns", "exec", name)
+    subprocess.run([*inside, "epmd", "-daemon"], check=False, timeout=IP_TIMEOUT_S)
+    deadline = time.monotonic() + IP_TIMEOUT_S
+    while subprocess.run(
+        [*inside, "epmd", "-names"], capture_output=True, check=False, timeout=IP_TIMEOUT_S
+    ).returncode:
+        if time.monotonic() > deadline:
+            pytest.fail(f"epmd did not start in test host {name}")
+        time.sleep(0.1)
 
 
 def _kill_inside(name: str) -> None:

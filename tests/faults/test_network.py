@@ -51,10 +51,13 @@ PREFETCH = 100
 HEARTBEAT_S = 4
 # The check runs every half interval and gives up after two silent intervals.
 DETECT_BOUND_S = 2.5 * HEARTBEAT_S
-# After the mend: the reconnect's backoff then (the cut lasts under 20 s: its attempts
-# are at most 8 s apart by then) and one connect.
-RESUME_BOUND_S = 8.0 + 5.0
-SLACK_S = 3.0  # the test's own polling and a loaded machine
+# After the mend: an attempt under way may wait out its connect timeout (its SYN went into
+# the cut), then the backoff (the cut lasts under 20 s: attempts at most 8 s apart by then),
+# then one connect.
+RESUME_BOUND_S = 5.0 + 8.0
+# The tests record what they measured against those bounds (docs/reliability.md), and fail
+# only past twice them: a loaded machine may be late, a regression never comes at all.
+MARGIN = 2.0
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +122,7 @@ async def wait_not_ready(sidecar: Sidecar, *, since: float) -> float:
 
     await eventually(
         not_ready,
-        timeout_s=DETECT_BOUND_S + SLACK_S,
+        timeout_s=MARGIN * DETECT_BOUND_S,
         what="/readyz not ready after the cut",
         context=sidecar.output,
     )
@@ -167,7 +170,7 @@ async def test_a_half_open_link_mid_flow_loses_nothing_and_the_relay_resumes(
     detected_s, mended = await outage(sidecar, relay_link)
     left = await left_in_staging(flow, fault="the cut")
     resumed_s = await wait_recovered(sidecar, flow, since=mended, reconnects=1)
-    assert resumed_s <= RESUME_BOUND_S + SLACK_S, f"relaying again {resumed_s:.1f}s after"
+    assert resumed_s <= MARGIN * RESUME_BOUND_S, f"relaying again {resumed_s:.1f}s after"
     await finish(
         flow,
         sidecar,
@@ -192,11 +195,11 @@ async def test_a_half_open_link_while_idle_is_found_and_the_flow_after_it_relaye
     await flow.publish(PER_LANE // 4)  # across the test's own link: into staging meanwhile
     detected_s = await wait_not_ready(sidecar, since=cut)
     await asyncio.sleep(HEARTBEAT_S)
+    assert (await scrape(sidecar)).value("acemq_sidecar_broker_connected") == 0
     relay_link.mend()
     mended = time.monotonic()
-    assert (await scrape(sidecar)).value("acemq_sidecar_broker_connected") == 0
     resumed_s = await wait_recovered(sidecar, flow, since=mended, reconnects=1)
-    assert resumed_s <= RESUME_BOUND_S + SLACK_S, f"relaying again {resumed_s:.1f}s after"
+    assert resumed_s <= MARGIN * RESUME_BOUND_S, f"relaying again {resumed_s:.1f}s after"
     await finish(
         flow,
         sidecar,
@@ -301,7 +304,7 @@ async def wait_reconnected(sidecar: Sidecar, *, since: float) -> float:
 
     await eventually(
         reconnected,
-        timeout_s=DETECT_BOUND_S + SLACK_S,
+        timeout_s=MARGIN * DETECT_BOUND_S,
         what="a reconnect after the silence",
         context=sidecar.output,
     )
@@ -320,8 +323,9 @@ async def test_one_connection_half_open_is_found_and_the_relay_resumes(  # noqa:
 ) -> None:
     """Only the consuming or only the publishing connection goes silent, the other works.
 
-    The silent one is found by its heartbeats (or by the kernel, its writes unacknowledged)
-    and the session ends with it: both connections are made again and the relay resumes.
+    The silent one is found by its heartbeats (the proxy's kernel still acknowledges what
+    is written to it, so this is not the kernel's bound) and the session ends with it: both
+    connections are made again and the relay resumes.
     """
     sidecar = proxied
     if moment == "mid-flow":
