@@ -20,7 +20,7 @@ and the confirms that follow for them find nothing to settle.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final, TypeAlias
+from typing import TYPE_CHECKING, Final, TypeAlias, cast
 
 from sidecar.contract import ID
 from sidecar.errors import ChannelClosedError, ChannelLostError, MissingEntityError, WireError
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     import asyncio
     from collections.abc import Callable
 
-    from sidecar.wire import BasicReturn, Body, ContentHeader
+    from sidecar.wire import BasicReturn, Body, ContentHeader, FieldValue
 
 __all__ = ["Confirms"]
 
@@ -203,7 +203,7 @@ def _id_bytes(value: object) -> bytes | None:
     if value is None:
         return None
     try:
-        return encode_table({ID: value})  # type: ignore[dict-item]
+        return encode_table({ID: cast("FieldValue", value)})
     except WireError:
         return f"{type(value).__qualname__}:{value!r}".encode()
 

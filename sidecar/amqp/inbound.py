@@ -49,6 +49,9 @@ class InboundChannel(Protocol):
     def state(self) -> ChannelState:
         """Where the channel is in its life."""
 
+    def begin_close(self) -> None:
+        """Start closing the channel now: nothing more is published or acked on it."""
+
     async def close(self) -> None:
         """Close the channel; unacked deliveries go back to their queues."""
 
@@ -213,6 +216,7 @@ class Inbound:
                 " unconfirmed publish of the channel can be taken as confirmed"
             )
         )
+        self._channel.begin_close()  # no publish takes this channel from here on
         self._spawn(self._channel.close())
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:

@@ -172,14 +172,10 @@ class ChannelLife:
         while the broker blocks the connection (it reads nothing, the close included): the
         channel ends at once on our side, and its number stays taken until the close-ok.
         """
-        self._before_close()
-        if self._state is ChannelState.CLOSED:
-            return
+        self.begin_close()
         done = self._closing
-        if done is None:  # the first close sends it; any other waits for the same end
-            self._move(ChannelState.CLOSING)
-            self._closing = done = self._loop.create_future()
-            self._link.write(codec.channel_close(self.number))
+        if done is None:  # closed already
+            return
         # asyncio.timeout, not wait_for: CPython 3.11's wait_for swallows a cancellation
         # that arrives as the close-ok does, and a cancelled opener would then go on to
         # consume with a configuration a reload has replaced.
@@ -187,6 +183,19 @@ class ChannelLife:
             async with asyncio.timeout(0.0 if self._link.blocked else CLOSE_TIMEOUT_S):
                 await asyncio.shield(done)
         self.lose(ChannelLostError("channel closed by the sidecar"))
+
+    def begin_close(self) -> None:
+        """Start closing now, without waiting: from here on nothing is published or acked.
+
+        Sends ``channel.close`` (what was made before it leaves first); ``close`` waits for
+        the end. The first close sends it; any other waits for the same end.
+        """
+        self._before_close()
+        if self._state is ChannelState.CLOSED or self._closing is not None:
+            return
+        self._move(ChannelState.CLOSING)
+        self._closing = self._loop.create_future()
+        self._link.write(codec.channel_close(self.number))
 
     def _before_close(self) -> None:
         """Send what must leave before our close (a subclass's batched acks)."""

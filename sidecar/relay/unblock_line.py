@@ -3,7 +3,10 @@
 A copy the settle step holds for a broker's block (``WaitUnblocked``) takes a ticket at the
 back of the line. Only the head waits for the broker's unblock; each one behind waits for
 the one ahead to go. A copy leaves the line as it starts its publish (``leave``), and only
-then is the next one woken, so the copies are written in the order their deliveries came.
+then is the next one woken, so the copies start their publishes in the order their
+deliveries came (one that must then wait again, at the connection's gate or alone on a
+channel of its own, may still be passed there: the line orders the wake-ups, not the
+broker's reads).
 A delivery that arrives while anyone is in line, blocked or not any more, must not publish
 ahead of them: ``busy`` tells the relay to send it to the back of the line. A copy whose
 channel closes or whose route stops meanwhile leaves the line with nothing published (the

@@ -24,6 +24,10 @@ class StandIn:
         self.state = ChannelState.OPEN
         self.closes = 0
 
+    def begin_close(self) -> None:
+        """Closing from now on: nothing more is published on it."""
+        self.state = ChannelState.CLOSING
+
     async def close(self) -> None:
         """Count the close."""
         self.closes += 1
@@ -84,6 +88,7 @@ async def test_a_return_that_matches_no_publish_closes_the_channel() -> None:
     inbound.begin(parse_return(payload_of(returned)))
     inbound.on_header(header(3))
     inbound.on_body(memoryview(b"abc"))
+    assert channel.state is ChannelState.CLOSING  # at once: no publish takes it meanwhile
     await asyncio.sleep(0)
     assert channel.closes == 1
     assert (got, sizes) == ([], [])  # a return is no delivery, and has no window to size
