@@ -10,7 +10,6 @@ relay: a delivery sampled out costs this module's work and no more.
 from __future__ import annotations
 
 import random
-import re
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
@@ -22,11 +21,12 @@ if TYPE_CHECKING:
 __all__ = ["TRACEPARENT", "Parent", "SampledTracer", "Sampling", "traceparent"]
 
 TRACEPARENT: Final = "traceparent"
-# W3C trace context's traceparent, as the SDK's propagator reads it: version, trace id,
-# parent id, flags (a version other than 00 may add fields).
-_TRACEPARENT: Final = re.compile(
-    r"[ \t]*([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?[ \t]*"
-)
+# W3C trace context's traceparent: version, trace id, parent id and flags, lower-case hex
+# joined by "-" (55 characters); a version other than 00 may add "-" and more after them.
+_LENGTH: Final = 55
+_DASHES: Final = (2, 35, 52)
+_HEX_OR_DASH: Final = "0123456789abcdef-"
+_BLANK: Final = " \t"
 _ZERO_TRACE: Final = "0" * 32
 _ZERO_SPAN: Final = "0" * 16
 _RATIO_SCALE: Final = 1 << 64
@@ -35,7 +35,21 @@ Parent = tuple[bool, int]  # a valid traceparent's sampled flag and its trace id
 
 
 def traceparent(value: object) -> Parent | None:
-    """Return a traceparent's sampled flag and its trace id's low 64 bits; None: not one."""
+    """Return a traceparent's sampled flag and its trace id's low 64 bits; None: not one.
+
+    Valid as the SDK's W3C propagator reads it (blanks around it allowed).
+    """
+    text = _well_formed(value)
+    if text is None:
+        return None
+    trace_id = text[3:35]
+    if text[:2] == "ff" or trace_id == _ZERO_TRACE or text[36:52] == _ZERO_SPAN:
+        return None
+    return bool(int(text[53:55], 16) & 1), int(trace_id[16:], 16)
+
+
+def _well_formed(value: object) -> str | None:
+    """Return the header as text if it has a traceparent's form, else None."""
     if isinstance(value, bytes):
         try:
             value = value.decode("ascii")
@@ -43,18 +57,14 @@ def traceparent(value: object) -> Parent | None:
             return None
     if not isinstance(value, str):
         return None
-    match = _TRACEPARENT.fullmatch(value)
-    if match is None:
-        return None
-    version, trace_id, span_id, flags, rest = match.groups()
-    if (
-        version == "ff"
-        or (version == "00" and rest)
-        or trace_id == _ZERO_TRACE
-        or span_id == _ZERO_SPAN
-    ):
-        return None
-    return bool(int(flags, 16) & 1), int(trace_id[16:], 16)
+    if len(value) != _LENGTH:
+        value = value.strip(_BLANK)
+        size = len(value)
+        if size < _LENGTH or (size > _LENGTH and (value[_LENGTH] != "-" or value[:2] == "00")):
+            return None
+    if any(value[dash] != "-" for dash in _DASHES) or value[:_LENGTH].strip(_HEX_OR_DASH):
+        return None  # a dash missing, or a character that is neither hex nor a dash
+    return value
 
 
 class Sampling:

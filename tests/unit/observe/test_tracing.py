@@ -346,3 +346,41 @@ def test_tracing_on_without_the_sdk_says_what_to_install(monkeypatch: pytest.Mon
         start_tracing(
             TracingConfig(), env={}, metrics=orders_route().context.metrics, version="test"
         )
+
+
+TRACEPARENTS = [
+    TRACEPARENT,
+    f"00-{TRACE_ID}-{PRODUCER_SPAN}-00",
+    f" \t00-{TRACE_ID}-{PRODUCER_SPAN}-01\t ",
+    f"01-{TRACE_ID}-{PRODUCER_SPAN}-01-extra",
+    f"00-{TRACE_ID}-{PRODUCER_SPAN}-01-extra",
+    f"ff-{TRACE_ID}-{PRODUCER_SPAN}-01",
+    f"00-{TRACE_ID.upper()}-{PRODUCER_SPAN}-01",
+    f"00-{'0' * 32}-{PRODUCER_SPAN}-01",
+    f"00-{TRACE_ID}-{'0' * 16}-01",
+    f"00-{TRACE_ID}-{PRODUCER_SPAN}-0g",
+    f"00-{TRACE_ID}_{PRODUCER_SPAN}-01",
+    f"00-{TRACE_ID[:-1]}-{PRODUCER_SPAN}-01",
+    f"00-{TRACE_ID}-{PRODUCER_SPAN}-01-",
+    f"00-{TRACE_ID[:10]}+{TRACE_ID[11:]}-{PRODUCER_SPAN}-01",
+    f"0-{TRACE_ID}-{PRODUCER_SPAN}-01x",
+    "",
+    "00",
+]
+
+
+@pytest.mark.parametrize("value", TRACEPARENTS)
+def test_the_traceparent_is_valid_where_the_sdks_propagator_reads_one(value: str) -> None:
+    from opentelemetry.trace import get_current_span  # noqa: PLC0415
+    from opentelemetry.trace.propagation.tracecontext import (  # noqa: PLC0415
+        TraceContextTextMapPropagator,
+    )
+
+    from sidecar.observe.tracing.sampling import traceparent  # noqa: PLC0415
+
+    extracted = TraceContextTextMapPropagator().extract({"traceparent": value})
+    theirs = get_current_span(extracted).get_span_context()
+    ours = traceparent(value)
+    assert (ours is not None) is theirs.is_valid
+    if ours is not None:
+        assert ours == (theirs.trace_flags.sampled, theirs.trace_id & ((1 << 64) - 1))
