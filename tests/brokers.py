@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,12 @@ SCRIPT = REPO / "scripts" / "brokers"
 VERSIONS = ("local", "4.0", "4.3")
 """The broker versions of the matrix: the machine's own, then the cached roots'."""
 MAKE_TIMEOUT_S = 900.0
+RUN = secrets.token_hex(3)  # in every node's name: two runs on one machine never meet
+
+
+def node_name(label: str) -> str:
+    """A node name of this run's own: ``acemq-LABEL-RUN@localhost``."""
+    return f"acemq-{label}-{RUN}@localhost"
 
 
 def _fail_or_skip(message: str) -> None:

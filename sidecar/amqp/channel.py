@@ -186,9 +186,10 @@ class Channel(PublishingChannel):
             self._pass_on.give_up()
             return
         self._acks.flush()  # the acks already made leave before the close
-        if self._consuming and self.is_open:
+        if self._consuming and self._link.nack_is_free and self.is_open:
             # What is still unacked goes back by a nack, not by the close: a quorum queue
-            # of RabbitMQ 4.3+ then spends no attempt of its delivery limit on it.
+            # of RabbitMQ 4.3+ then spends no attempt of its delivery limit on it (before
+            # 4.3 it spends one either way, and the nack may reorder the queue).
             self._link.write(codec.basic_nack(self.number, 0, multiple=True))
         self._link.resume_reading()  # closing: its budget holds the reading no more
 

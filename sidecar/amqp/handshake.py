@@ -26,6 +26,7 @@ from sidecar import __version__
 from sidecar.amqp.link import CHANNEL_MAX, FRAME_MAX_CEILING
 from sidecar.amqp.violations import FrameError
 from sidecar.errors import BrokerConnectionError
+from sidecar.settle import nack_is_free
 from sidecar.wire import FRAME_END, FRAME_METHOD, HEADER
 
 if TYPE_CHECKING:
@@ -249,6 +250,7 @@ async def handshake(
         ),
     )
     link.frame_max, link.channel_max = tuned.frame_max, tuned.channel_max
+    link.nack_is_free = nack_is_free((start.server_properties or {}).get("version"))
     tune_ok = spec.Connection.TuneOk(
         channel_max=tuned.channel_max, frame_max=tuned.frame_max, heartbeat=tuned.heartbeat_s
     )

@@ -54,6 +54,7 @@ class ChannelLink(Protocol):
     loop: asyncio.AbstractEventLoop
     frame_max: int
     blocked: bool  # the broker reads nothing from the link now (connection.blocked)
+    nack_is_free: bool  # a requeueing basic.nack spends no quorum delivery attempt (4.3+)
 
     def write(self, data: bytes | list[bytes | memoryview]) -> None:
         """Queue bytes for the socket (a list: parts that leave as it takes them, unjoined)."""

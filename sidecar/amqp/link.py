@@ -141,6 +141,7 @@ class Link(_Writes, Heartbeats, asyncio.Protocol):
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.frame_max = FRAME_MAX
+        self.nack_is_free = False  # the handshake learns it from the broker's version
         self.channel_max = CHANNEL_MAX
         self.channels: dict[int, ChannelEnd] = {}
         self.control: ControlEnd | None = None

@@ -23,6 +23,7 @@ from sidecar.settle.holds import (
     HoldLimits,
     consumer_timeout_after,
     delivery_limit_reached,
+    nack_is_free,
     read_permission_named,
     slow_confirm,
 )
@@ -130,6 +131,7 @@ __all__ = [
     "delivery_limit_reached",
     "in_flight_window",
     "log_origin",
+    "nack_is_free",
     "next_window",
     "original_headers",
     "probe_again",

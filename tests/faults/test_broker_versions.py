@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
+import sys
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +25,7 @@ import aiormq.abc
 import pytest
 from pamqp.commands import Basic
 
-from tests.brokers import VERSIONS, VersionedNode, versioned_node
+from tests.brokers import VERSIONS, VersionedNode, node_name, versioned_node
 from tests.e2e.conftest import (
     ID_HEADER,
     Sidecar,
@@ -69,7 +71,7 @@ MIB = 1024 * 1024
 def versioned(request: pytest.FixtureRequest) -> Iterator[VersionedNode]:
     """A private node of each version in turn, for this module's tests."""
     version = str(request.param)
-    name = f"acemq-v{version.replace('.', '')}@localhost"
+    name = node_name(f"v{version.replace('.', '')}")
     with versioned_node(version, name, advanced=NODE_ADVANCED) as started:
         yield started
 
@@ -584,9 +586,9 @@ async def test_a_sigterm_gives_held_deliveries_back_by_nack_which_4_3_does_not_c
 ) -> None:
     """Three SIGTERMs while the target nacks every copy (held), then the target accepts.
 
-    The drain gives the held deliveries back with a ``basic.nack`` before the channel's
-    close: RabbitMQ 4.3 spends no attempt on them (``x-delivery-count`` 0 in the copies),
-    earlier versions one per stop (3). Nothing is lost either way.
+    On 4.3 the drain gives the held deliveries back with a ``basic.nack`` before the
+    channel's close, which spends no attempt (``x-delivery-count`` 0 in the copies); before
+    4.3 the close gives them back, one attempt per stop (3). Nothing is lost either way.
     """
     sidecar = sidecar_on_node
     staging = await nb.queue("held.staging", **quorum_staging(versioned))
@@ -686,3 +688,45 @@ async def test_a_message_one_return_from_its_last_delivery_is_quarantined_naming
         relayed=relayed,
         reason=reasons["limit-19"],
     )
+
+
+async def test_quarantine_list_on_a_quorum_queue_spends_nothing_on_4_3(
+    versioned: VersionedNode, nb: Broker
+) -> None:
+    """``acemq-sidecar quarantine list`` twice on a quorum queue of 300: same order after.
+
+    On 4.3 the reader gives what it held back by a nack before closing its channels: no
+    attempt is spent (``x-delivery-count`` 0); before 4.3 by the close, one per list (2).
+    """
+    queue = await nb.queue("qlist", **quorum_staging(versioned))
+    ids = make_ids("qlist", 300)
+    for msg_id in ids:  # one at a time: the queue's order is the ids'
+        await nb.publish(queue, headers={ID_HEADER: msg_id}, message_id=msg_id)
+    for _ in range(2):
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "sidecar",
+            "quarantine",
+            "list",
+            queue,
+            env={**os.environ, "AMQP_URL": nb.url},
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        async with asyncio.timeout(60):
+            _, err = await process.communicate()
+        assert process.returncode == 0, err.decode()
+        assert f"read {len(ids)} of the {len(ids)} message(s)" in err.decode()
+    order: list[str] = []
+    spent: set[int] = set()
+    while True:
+        got = await nb.channel.basic_get(queue, no_ack=True)
+        if not isinstance(got.delivery, Basic.GetOk):
+            break
+        order.append(str(got.header.properties.message_id))
+        spent.add(counts_of(got.header.properties.headers)["x-delivery-count"])
+    assert order == ids
+    report(versioned, "quarantine list twice, quorum queue", messages=len(ids), spent=sorted(spent))
+    assert spent == ({0} if versioned.release >= (4, 3) else {2}), spent

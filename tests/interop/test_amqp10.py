@@ -10,7 +10,7 @@ Two flows, read field by field (python-qpid-proton, the Apache Qpid client):
   queue: where each envelope field lands (a message annotation or an application
   property) and with which AMQP 1.0 type.
 
-docs/contract.md ("AMQP 1.0") has the mapping these tests pin down.
+docs/interop.md ("AMQP 1.0") has the mapping these tests pin down.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from proton import Message, int32, symbol
 from proton.utils import BlockingConnection, ConnectionClosed
 
 from sidecar.wire import Int32, Int64, Timestamp
-from tests.brokers import VersionedNode, versioned_node
+from tests.brokers import VersionedNode, node_name, versioned_node
 from tests.e2e.conftest import ID_HEADER, Sidecar, declare_flow, declare_quarantine, eventually
 from tests.support import Broker
 
@@ -46,7 +46,7 @@ LONG_TEXT = "é" * 200  # 400 bytes of UTF-8: over the 255 of a 1.0 short string
 def versioned(request: pytest.FixtureRequest) -> Iterator[VersionedNode]:
     """A private node of each 4.x version in turn (AMQP 1.0 is native from 4.0)."""
     version = str(request.param)
-    with versioned_node(version, f"acemq-a10-{version.replace('.', '')}@localhost") as started:
+    with versioned_node(version, node_name(f"a10-{version.replace('.', '')}")) as started:
         yield started
 
 
@@ -57,7 +57,7 @@ def node(versioned: VersionedNode) -> PrivateNode:
 
 
 def report(versioned: VersionedNode, test: str, **fields: object) -> None:
-    """Print what arrived (for docs/contract.md)."""
+    """Print what arrived (for docs/interop.md)."""
     line = json.dumps({"rabbitmq": versioned.version, "test": test, **fields}, default=str)
     print(f"\namqp10: {line}")  # noqa: T201 - the measurement the suite reports
 

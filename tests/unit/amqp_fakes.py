@@ -25,6 +25,7 @@ class FakeLink:
         self.loop = asyncio.get_running_loop()
         self.frame_max = 131072
         self.blocked = False
+        self.nack_is_free = True  # RabbitMQ 4.3's
         self.resumed = 0
         self.written: list[bytes] = []
         self.forgotten: list[int] = []

@@ -84,6 +84,21 @@ async def test_a_lone_ack_is_not_multiple_and_close_sends_pending_acks_first() -
     assert not await channel.ack(7)  # a closed channel: the broker redelivers it
 
 
+async def test_before_4_3_unacked_deliveries_go_back_by_the_close_alone() -> None:
+    """Where a nack costs an attempt as the close does (3.10, 4.0) it is not sent."""
+    link = FakeLink()
+    link.nack_is_free = False
+    channel, _ = await consuming(link)
+    deliver(channel, 7)
+    await asyncio.sleep(0)
+    closing = asyncio.create_task(channel.close())
+    await asyncio.sleep(0)
+    assert "Basic.Nack" not in [m.name for m in link.methods()]
+    assert [m.name for m in link.methods()][-1] == "Channel.Close"
+    control(channel, spec.Channel.CloseOk())
+    await closing
+
+
 async def test_a_channel_that_never_consumed_closes_without_a_nack() -> None:
     """A publishing channel holds no deliveries: its close is the close alone."""
     link = FakeLink()
