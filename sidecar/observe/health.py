@@ -92,7 +92,12 @@ class _Endpoints:
                 return HTTPStatus.NOT_FOUND, _TEXT, b"not found: try /metrics, /healthz, /readyz\n"
 
     def _metrics(self, accept: str) -> tuple[HTTPStatus, str, bytes]:
-        encode, content_type = choose_encoder(accept)
+        try:
+            encode, content_type = choose_encoder(accept)
+        except (TypeError, ValueError):
+            # prometheus_client cannot read this Accept header (an openmetrics version that
+            # is not all numbers): the text format, which every scraper takes.
+            encode, content_type = choose_encoder("")
         try:
             body = encode(self._registry)
         except Exception as e:  # a broken collector must not break the endpoint

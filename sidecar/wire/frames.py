@@ -239,7 +239,7 @@ def parse_content_header(payload: bytes) -> ContentHeader:
                 properties[name] = payload[at]
                 at += 1
             else:  # "T"
-                properties[name] = int.from_bytes(payload[at : at + 8], "big")
+                properties[name] = _read_u64(payload, at)
                 at += 8
     except (IndexError, struct.error) as e:
         raise WireError(f"content header is truncated: {e}") from None
@@ -252,14 +252,23 @@ def _present(flags: int) -> tuple[tuple[str, str], ...]:
     return tuple((name, kind) for bit, name, kind in _FLAGGED if flags & bit)
 
 
+def _read_u64(payload: bytes, at: int) -> int:
+    """Return the timestamp at ``at``; IndexError when the frame ends before its 8 bytes."""
+    if at + 8 > len(payload):
+        raise IndexError("a timestamp runs past the end of the frame")
+    return int.from_bytes(payload[at : at + 8], "big")
+
+
 def _read_table(payload: bytes, at: int) -> tuple[FieldTable | UndecodableTable, int]:
     end = at + 4 + read_u32(payload, at)
+    if end > len(payload):  # the frame is malformed, not the table
+        raise IndexError("the header table runs past the end of the frame")
     try:
         table, _ = decode_table(payload, at)
     except WireError as e:
         # Refusing it would kill the connection and redeliver the message forever; keep
         # the bytes instead and let the relay quarantine the message with the reason.
-        return UndecodableTable(payload[at:end], str(e)), min(end, len(payload))
+        return UndecodableTable(payload[at:end], str(e)), end
     return table, end
 
 
