@@ -24,28 +24,29 @@ TRACEPARENT: Final = "traceparent"
 # W3C trace context's traceparent: version, trace id, parent id and flags, lower-case hex
 # joined by "-" (55 characters); a version other than 00 may add "-" and more after them.
 _LENGTH: Final = 55
-_DASHES: Final = (2, 35, 52)
+_SAMPLED: Final = "13579bdf"  # the flags' last hex digit when the sampled bit is set
 _HEX_OR_DASH: Final = "0123456789abcdef-"
 _BLANK: Final = " \t"
 _ZERO_TRACE: Final = "0" * 32
 _ZERO_SPAN: Final = "0" * 16
 _RATIO_SCALE: Final = 1 << 64
 
-Parent = tuple[bool, int]  # a valid traceparent's sampled flag and its trace id's low 64 bits
+# A valid traceparent's sampled flag, and its trace id's last 16 hex digits (its low 64
+# bits, which a ratio sampler reads: converted only when one does).
+Parent = tuple[bool, str]
 
 
 def traceparent(value: object) -> Parent | None:
-    """Return a traceparent's sampled flag and its trace id's low 64 bits; None: not one.
+    """Return a traceparent's sampled flag and its trace id's low 64 bits (hex); None: not one.
 
     Valid as the SDK's W3C propagator reads it (blanks around it allowed).
     """
     text = _well_formed(value)
     if text is None:
         return None
-    trace_id = text[3:35]
-    if text[:2] == "ff" or trace_id == _ZERO_TRACE or text[36:52] == _ZERO_SPAN:
+    if text[:2] == "ff" or text[3:35] == _ZERO_TRACE or text[36:52] == _ZERO_SPAN:
         return None
-    return bool(int(text[53:55], 16) & 1), int(trace_id[16:], 16)
+    return text[54] in _SAMPLED, text[19:35]
 
 
 def _well_formed(value: object) -> str | None:
@@ -57,12 +58,14 @@ def _well_formed(value: object) -> str | None:
             return None
     if not isinstance(value, str):
         return None
+    head = value
     if len(value) != _LENGTH:
         value = value.strip(_BLANK)
         size = len(value)
         if size < _LENGTH or (size > _LENGTH and (value[_LENGTH] != "-" or value[:2] == "00")):
             return None
-    if any(value[dash] != "-" for dash in _DASHES) or value[:_LENGTH].strip(_HEX_OR_DASH):
+        head = value[:_LENGTH]
+    if value[2] != "-" or value[35] != "-" or value[52] != "-" or head.strip(_HEX_OR_DASH):
         return None  # a dash missing, or a character that is neither hex nor a dash
     return value
 
@@ -89,7 +92,7 @@ class Sampling:
         if parent is not None:
             if follows and self.parent_based:
                 return parent[0]
-            return parent[1] < self._bound
+            return int(parent[1], 16) < self._bound
         return self._draw() < self.ratio
 
 
