@@ -144,6 +144,20 @@ async def wait_moved(flow: MixedFlow, sidecar: Sidecar, *, more: int) -> None:
 # --- the fault flow on a quorum staging queue at the default delivery limit ---------------
 
 
+async def backlog(flow: MixedFlow, sidecar: Sidecar) -> None:
+    """Publish more while the sidecar is held still, then let it relay some of it.
+
+    Held, so that the backlog is there whatever the relay's pace: the fault that follows
+    lands mid-flow.
+    """
+    sidecar.send(signal.SIGSTOP)
+    try:
+        await flow.publish(PER_LANE // 4)
+    finally:
+        sidecar.send(signal.SIGCONT)
+    await wait_moved(flow, sidecar, more=100)
+
+
 async def test_quorum_staging_at_the_default_delivery_limit_loses_nothing_through_faults(
     versioned: VersionedNode,
     nb: Broker,
@@ -164,8 +178,7 @@ async def test_quorum_staging_at_the_default_delivery_limit_loses_nothing_throug
     recovery: list[float] = []
     left: list[int] = []
     for cut in range(1, CUTS + 1):
-        await wait_moved(flow, sidecar, more=200)
-        await flow.publish(PER_LANE // 8)
+        await backlog(flow, sidecar)
         sidecar.send(signal.SIGSTOP)  # hold it mid-work while rabbitmqctl starts
         try:
             await versioned.node.ctl.close_all_connections()
@@ -175,7 +188,7 @@ async def test_quorum_staging_at_the_default_delivery_limit_loses_nothing_throug
         await flow.broker.reconnect()
         left.append(await flow.staging_depth())
         recovery.append(await wait_recovered(sidecar, flow, since=since, reconnects=cut))
-    await wait_moved(flow, sidecar, more=200)
+    await backlog(flow, sidecar)
     sidecar.send(signal.SIGKILL)
     assert await sidecar.wait_exit(timeout_s=5) == -signal.SIGKILL
     left.append(await flow.staging_depth())
