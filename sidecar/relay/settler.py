@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from collections.abc import Coroutine
 
     from sidecar.amqp import AckChannel, BodyStream, RelayConnection
-    from sidecar.observe import DeliveryTrace, RouteLog
+    from sidecar.observe import DeliveryTrace, RouteLog, RouteTracer
     from sidecar.relay.context import RouteContext
     from sidecar.relay.lane import PublishLane
     from sidecar.relay.state import HeldDelivery, RouteState
@@ -116,11 +116,11 @@ class Settler:
         """
         held = self._sink.begin(delivery)
         started = self.monotonic()
-        trace = None if self._tracer is None else self._start_trace(delivery)
+        trace = None if self._tracer is None else _start_trace(self._tracer, delivery, self.route)
         try:
             step = begin(delivery, self._target, now_ms=self._clock.now_ms(), new_id=self._new_id)
             if step.events:
-                self._observe(step, delivery, held, trace)
+                _observe(self._sink, step, delivery, held, trace)
             if self._fast.publish(consumer, delivery, step, held, started=started, trace=trace):
                 return None
         except Exception as e:  # noqa: BLE001 - a bug must not reach the frame handler
@@ -131,15 +131,6 @@ class Settler:
         return self.settle_from(
             consumer, delivery, held, step, started=started, queued=queued, trace=trace
         )
-
-    def _start_trace(self, delivery: Delivery) -> DeliveryTrace | None:
-        """Start the delivery's span; None when not sampled (or tracing failed: logged)."""
-        assert self._tracer is not None  # noqa: S101 - only called with tracing on
-        try:
-            return self._tracer.start(delivery)
-        except Exception:  # a bug in tracing must not hold a delivery
-            log.exception("route %s: the delivery's span could not start", self.route.name)
-            return None
 
     async def settle_from(
         self,
@@ -260,18 +251,10 @@ class Settler:
                             trace.end(action)
                         return
                 if step.events:
-                    self._observe(step, delivery, held, trace)
+                    _observe(self._sink, step, delivery, held, trace)
         finally:
             if ticket is not None:  # it left without publishing
                 self._line.leave(ticket)
-
-    def _observe(
-        self, step: Step, delivery: Delivery, held: HeldDelivery, trace: DeliveryTrace | None
-    ) -> None:
-        """Hand what the step saw to the sink, and to the delivery's span when traced."""
-        self._sink.observe(step.events, delivery, held)
-        if trace is not None:
-            trace.saw(step.events)
 
     async def _wait(
         self, consumer: AckChannel, action: Wait | WaitUnblocked, ticket: Ticket | None
@@ -324,6 +307,24 @@ class Settler:
                 await self._publisher.requeue(consumer, delivery, reason)
             case _:
                 assert_never(action)
+
+
+def _start_trace(tracer: RouteTracer, delivery: Delivery, route: Route) -> DeliveryTrace | None:
+    """Start the delivery's span; None when not sampled (or tracing failed: logged)."""
+    try:
+        return tracer.start(delivery)
+    except Exception:  # a bug in tracing must not hold a delivery
+        log.exception("route %s: the delivery's span could not start", route.name)
+        return None
+
+
+def _observe(
+    sink: RouteSink, step: Step, delivery: Delivery, held: HeldDelivery, trace: DeliveryTrace | None
+) -> None:
+    """Hand what the step saw to the sink, and to the delivery's span when traced."""
+    sink.observe(step.events, delivery, held)
+    if trace is not None:
+        trace.saw(step.events)
 
 
 async def _closed(consumer: AckChannel) -> None:
