@@ -12,32 +12,27 @@ broker confirmed its normalised copy, or its quarantine copy.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from typing import TYPE_CHECKING, Any, assert_never
+from typing import TYPE_CHECKING, Any
 
 from sidecar.amqp import ChannelLostError, MissingEntityError
 from sidecar.contract import Policy
 from sidecar.errors import WireError
 from sidecar.relay.fast_pass import FastPass, Queued, answer_of_error, delay_s_for, not_now
+from sidecar.relay.held_waits import wait_out
+from sidecar.relay.last_action import LastAction
 from sidecar.relay.publisher import CONFIRM_TIMEOUT_S, PlanPublisher
 from sidecar.relay.rounds import PassingRounds, held_for
 from sidecar.relay.sink import RouteSink
 from sidecar.relay.unblock_line import Ticket, UnblockLine
-from sidecar.relay.waits import first_of, sleep_unless
 from sidecar.routemap import Mode
 from sidecar.settle import (
     BUG_REASON,
     PUBLISHED,
-    Ack,
     Blocked,
-    DeadLetter,
     Failed,
-    GiveBack,
     HoldLimits,
-    LetGo,
     Publish,
-    Requeue,
     Target,
     Unwritable,
     Wait,
@@ -47,6 +42,7 @@ from sidecar.settle import (
 )
 
 if TYPE_CHECKING:
+    import asyncio
     from collections.abc import Coroutine
 
     from sidecar.amqp import AckChannel, BodyStream, RelayConnection
@@ -87,12 +83,14 @@ class Settler:
         self._clock = context.clock
         self.monotonic = context.clock.monotonic
         self._new_id = context.new_id
-        self._state = state
         self._stop = stop
         self.rng = context.rng
         self._sink = RouteSink.of(context, route_log=log, state=state)
         self._publisher = PlanPublisher(context)
         self._rounds = PassingRounds()  # of the bodies passed through, given back
+        self._last = LastAction(
+            rounds=self._rounds, sink=self._sink, publisher=self._publisher, state=state
+        )
         self._line = UnblockLine()  # copies waiting for the broker's unblock, in order
         self._fast = FastPass(
             self, sink=self._sink, stop=stop, line=self._line, limit_s=CONFIRM_TIMEOUT_S
@@ -241,12 +239,14 @@ class Settler:
                             route=route.name,
                         )
                     case Wait() | WaitUnblocked():
-                        then, ticket = await self._wait(consumer, action, ticket)
+                        then, ticket = await wait_out(
+                            action, consumer, self._stop, self._line, self._connection, ticket
+                        )
                         if then is None:
                             return  # the broker redelivers it
                         step = then
                     case _:
-                        await self._finish(consumer, delivery, held, action, started=started)
+                        await self._last.run(consumer, delivery, held, action, started=started)
                         if trace is not None:
                             trace.end(action)
                         return
@@ -255,58 +255,6 @@ class Settler:
         finally:
             if ticket is not None:  # it left without publishing
                 self._line.leave(ticket)
-
-    async def _wait(
-        self, consumer: AckChannel, action: Wait | WaitUnblocked, ticket: Ticket | None
-    ) -> tuple[Step | None, Ticket | None]:
-        """Wait as the step says; the step after, or None to let the delivery go.
-
-        A hold's delay, or the broker's block (in the route's unblock line: its ticket).
-        A stop ends either, and so does its channel's close (a consumer_timeout during an
-        alarm, say): the broker has the delivery back, its body is not kept waiting.
-        """
-        if isinstance(action, Wait):
-            await first_of(sleep_unless(self._stop, action.delay_s), _closed(consumer))
-            let_go = self._stop.is_set()
-        else:
-            connection = self._connection
-            assert connection is not None  # noqa: S101 - only a connection blocks
-            ticket = await self._line.wait(
-                connection, self._stop.wait(), _closed(consumer), ticket=ticket
-            )
-            let_go = ticket is None
-        if let_go or not consumer.is_open:
-            return None, ticket
-        return action.then, ticket
-
-    async def _finish(
-        self,
-        consumer: AckChannel,
-        delivery: Delivery,
-        held: HeldDelivery,
-        action: Ack | DeadLetter | GiveBack | LetGo | Requeue,
-        *,
-        started: float,
-    ) -> None:
-        """Carry out the step's last action: ack, reject, requeue, give back or let go."""
-        match action:
-            case Ack(outcome=outcome):
-                self._rounds.forget(delivery)
-                if await consumer.ack(delivery.delivery_tag):
-                    self._sink.acked(outcome, started=started, held=held)
-            case DeadLetter(reason=reason):
-                self._rounds.forget(delivery)
-                await self._publisher.dead_letter(consumer, delivery, reason)
-            case GiveBack(reason=reason):
-                self._state.pause(reason)
-                await consumer.close()  # the broker redelivers it, after the route's backoff
-            case LetGo():
-                pass  # the broker redelivers it
-            case Requeue(reason=reason):
-                self._rounds.again(delivery, started=started)
-                await self._publisher.requeue(consumer, delivery, reason)
-            case _:
-                assert_never(action)
 
 
 def _start_trace(tracer: RouteTracer, delivery: Delivery, route: Route) -> DeliveryTrace | None:
@@ -325,17 +273,6 @@ def _observe(
     sink.observe(step.events, delivery, held)
     if trace is not None:
         trace.saw(step.events)
-
-
-async def _closed(consumer: AckChannel) -> None:
-    """Return once the channel a delivery came on is closed.
-
-    Not when the broker cancels its consumer (its queue deleted): the channel stays open and
-    what is in flight on it is still published and acked before the route closes it.
-    """
-    await consumer.wait_closed()
-    if consumer.is_open:
-        await asyncio.Future()  # cancelled with the wait it is part of
 
 
 def _limits_of(route: Route) -> HoldLimits:
