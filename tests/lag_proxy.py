@@ -13,6 +13,14 @@ from typing import Self
 from urllib.parse import urlsplit
 
 
+def via_proxy(url: str, port: int) -> str:
+    """``url`` with a proxy on 127.0.0.1:``port`` for its host and port (its login kept)."""
+    parts = urlsplit(url)
+    userinfo = parts.netloc.rpartition("@")[0]
+    netloc = f"{userinfo}@127.0.0.1:{port}" if userinfo else f"127.0.0.1:{port}"
+    return parts._replace(netloc=netloc).geturl()
+
+
 @dataclass
 class LagProxy:
     """Listens on 127.0.0.1 (a free port) and forwards to the broker of ``url``."""
@@ -26,10 +34,7 @@ class LagProxy:
     @property
     def proxied_url(self) -> str:
         """The broker's URL with this proxy's host and port in it."""
-        parts = urlsplit(self.url)
-        userinfo = parts.netloc.rpartition("@")[0]
-        netloc = f"{userinfo}@127.0.0.1:{self.port}" if userinfo else f"127.0.0.1:{self.port}"
-        return parts._replace(netloc=netloc).geturl()
+        return via_proxy(self.url, self.port)
 
     async def __aenter__(self) -> Self:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)

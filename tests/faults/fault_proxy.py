@@ -25,6 +25,8 @@ from enum import StrEnum
 from typing import Any, Self
 from urllib.parse import urlsplit
 
+from tests.lag_proxy import via_proxy
+
 CHUNK = 65536
 HEADER_BYTES = 4096  # the client's first bytes: its protocol header and start-ok
 RTO_S = 0.2  # Linux's least retransmission timeout
@@ -62,10 +64,7 @@ class FaultProxy:
     @property
     def proxied_url(self) -> str:
         """The broker's URL with this proxy's host and port in it."""
-        parts = urlsplit(self.url)
-        userinfo = parts.netloc.rpartition("@")[0]
-        netloc = f"{userinfo}@127.0.0.1:{self.port}" if userinfo else f"127.0.0.1:{self.port}"
-        return parts._replace(netloc=netloc).geturl()
+        return via_proxy(self.url, self.port)
 
     def kinds(self) -> list[Kind]:
         """The kinds of the connections proxied so far, in order."""
