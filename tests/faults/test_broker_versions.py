@@ -2,7 +2,7 @@
 
 Each test runs once per version of ``tests/brokers.py``: the machine's own packages
 (``local``, 3.10.8 on Debian 12) and the cached roots of 4.0 and 4.3 (``scripts/brokers``).
-The subjects are the ones 4.x changed (GitHub issue 37, docs/compatibility.md): a quorum
+The subjects are the ones 4.x changed (docs/compatibility.md): a quorum
 staging queue at 4.x's default delivery limit (20) through connection cuts and kill -9,
 what each requeue spends of it, the broker's consumer timeout, a relay user without
 configure permission, global QoS refused (4.3), bodies at and over 16 MiB, and returns.
