@@ -2,15 +2,16 @@
 
 The work is done by one module per job, each pure:
 
-- ``route_map``: the runtime model (``RouteMap``, ``Route``, ``Mode``, ...) the relay uses;
-- ``route_yaml``: YAML into plain data with a line per key, ``${VAR}``, the bomb guards;
-- ``route_schema``: the file's pydantic schema and its JSON Schema;
-- ``route_errors``: schema errors as ``FILE:LINE: key: what is allowed`` messages;
-- ``route_parse``: the order of parsing, checks across routes, building the model;
-- ``route_text``: values and the whole map as people read them.
+- ``model``: the runtime model (``RouteMap``, ``Route``, ``Mode``, ...) the relay uses;
+- ``yaml_source``: YAML into plain data with a line per key, ``${VAR}``, the bomb guards;
+- ``schema``: the file's pydantic schema and its JSON Schema;
+- ``diagnostics``: schema errors as ``FILE:LINE: key: what is allowed`` messages;
+- ``parse``: the order of parsing, checks across routes, building the model;
+- ``text``: values and the whole map as people read them;
+- ``reload_plan``: what a reload changes, route by route.
 
-Import from here unless a module needs only the runtime model (``route_map``), which
-carries none of the parsing dependencies.
+Import from here. ``model`` itself imports none of the parsing dependencies (pydantic,
+pyyaml), but importing it runs this package's ``__init__``, which does.
 """
 
 from __future__ import annotations

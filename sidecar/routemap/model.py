@@ -2,7 +2,7 @@
 
 This module owns the runtime model that ``relay``, ``service`` and ``cli`` use: the
 modes, the broker, HTTP and TLS settings, and one ``Route`` per staging queue. It is
-pure: no parsing, no I/O. ``route_parse`` builds these objects from a file.
+pure: no parsing, no I/O. ``sidecar.routemap.parse`` builds these objects from a file.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ class TlsConfig:
 class BrokerConfig:
     """The broker connection: one address, or the nodes of a cluster to fail over between.
 
-    ``addresses`` are in the file's order (the service shuffles them once per process);
+    ``addresses`` are in the file's order (``sidecar.dialer`` shuffles them once per process);
     each holds its own scheme and login, its password a ``Secret``, so a repr or a log
     line of this object never shows one. ``tls`` applies to every ``amqps://`` address.
     """

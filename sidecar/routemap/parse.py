@@ -1,21 +1,22 @@
-"""The route map: YAML text parsed once into the immutable objects of ``route_map``.
+"""The route map: YAML text parsed once into the immutable objects of ``model``.
 
 This module owns the order of parsing and every check that spans keys or routes. Each
 step reports errors against the YAML node tree's lines (``FILE:LINE: key.path: what is
 wrong and what is allowed``):
 
-1. ``yaml.compose`` builds the node tree (``route_yaml``; syntax errors keep pyyaml's mark).
+1. ``yaml.compose`` builds the node tree (``yaml_source``; syntax errors keep pyyaml's mark).
 2. The tree becomes plain data: duplicate keys are refused, string scalars are
-   interpolated, line numbers are recorded per path (``route_yaml``).
-3. pydantic validates the data against the file schema (``route_schema``); its error
-   locations map back to lines (``route_errors``).
+   interpolated, line numbers are recorded per path (``yaml_source``).
+3. pydantic validates the data against the file schema (``schema``); its error
+   locations map back to lines (``diagnostics``).
 4. Checks that span routes (unique names and queues, no route into the quarantine
    exchange), then conversion into the frozen objects the relay uses (here).
 
 It is pure: no environment reads (the caller passes ``env``), no logging, no clock, no
-network. ``load_route_map`` reads the one file it is given; the files the map names
-(``broker.url_file``, ``username_file`` and ``password_file``, the TLS files) are read
-only through the functions the caller passes in.
+network. It reads no file: ``sidecar.route_files.load_route_map`` reads the map's file and
+passes its text in, and the files the map names (``broker.url_file``, ``username_file``
+and ``password_file``, the TLS files) are read only through the functions the caller
+passes in.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What a reload changes: the old and the new route map compared, route by route.
 
-This module owns the decision; ``fleet`` carries it out (stopping and starting workers,
-adding and removing a route's metrics). Pure: two maps in, one plan out.
+This module owns the decision; ``sidecar.relay.fleet`` carries it out (stopping and
+starting workers, adding and removing a route's metrics). Pure: two maps in, one plan out.
 
 A route is restarted, not changed in place, whenever anything it runs with differs: its
 own settings, or the map-wide ones its worker was started with (the quarantine exchange

@@ -1,9 +1,9 @@
 """The route map file's schema: what each key accepts, as strict pydantic models.
 
-This module owns step 3 of parsing (see ``route_parse``): the models validate the plain
+This module owns step 3 of parsing (see ``parse``): the models validate the plain
 data read from the YAML (unknown keys, types, enums, ranges) and are the source of the
 JSON Schema the Helm chart's ``values.schema.json`` carries. The models are the file's
-shape, not the runtime model (``route_map``). Pure: no I/O.
+shape, not the runtime model (``model``). Pure: no I/O.
 """
 
 from __future__ import annotations

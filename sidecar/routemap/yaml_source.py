@@ -1,6 +1,6 @@
 """Route-map YAML read into plain data, with the line of every key and value.
 
-This module owns steps 1 and 2 of parsing (see ``route_parse``): ``yaml.compose`` builds
+This module owns steps 1 and 2 of parsing (see ``parse``): ``yaml.compose`` builds
 the node tree, with syntax errors reported at pyyaml's mark; the tree then becomes plain
 data, refusing duplicate keys (pyyaml keeps the last one silently), interpolating
 ``${VAR}`` references in string scalars, and guarding against YAML bombs (alias
