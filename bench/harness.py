@@ -35,6 +35,20 @@ REPAIR_EVERY = 5  # 20% need repair
 REJECT_EVERY = 50  # 2% are rejected
 
 
+# Set by a bench that traces (paired.py --trace-ratio R): each message then carries a trace
+# of its own, flagged sampled on R of them, as producers that sample at R send them.
+PRODUCERS_SAMPLE: list[float] = []
+
+
+def traceparent_for(i: int) -> str:
+    """Message i's W3C traceparent: one producer's trace for all, or one each (see above)."""
+    if not PRODUCERS_SAMPLE:
+        return "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    trace_id = (i * 0x9E3779B97F4A7C15F39CC0605CEDC835 + 1) % 2**128
+    sampled = (i * 2_654_435_761) % 10_000 < PRODUCERS_SAMPLE[0] * 10_000
+    return f"00-{trace_id:032x}-{i + 1:016x}-{'01' if sampled else '00'}"
+
+
 def headers_for(i: int) -> dict[str, object]:
     """A typical envelope; every fifth needs repair, every fiftieth is rejected."""
     headers: dict[str, object] = {
@@ -46,7 +60,7 @@ def headers_for(i: int) -> dict[str, object]:
         "x-acemq-first-seen": 1_764_400_000_000,
         "x-acemq-origin": "checkout@app-7",
         "x-tenant": "acme",
-        "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        "traceparent": traceparent_for(i),
     }
     if i % REJECT_EVERY == 1:
         headers["x-acemq-id"] = f"m-{i}-" + "x" * 300

@@ -1,6 +1,7 @@
 """The sidecar against the shovel, paired runs in both setups, with CPU per message.
 
 Usage: python bench/paired.py [--n N] [--pairs P] [--setup shared|pinned|both]
+                              [--trace-ratio R [--collector up|down]]
 
 Each pair drains N 1 KiB messages (bench/harness.py's mix: 20 % repairs, 2 % rejects)
 through the sidecar (``acemq-sidecar run`` at default settings) and through the RabbitMQ
@@ -12,6 +13,13 @@ processes spent during the drain, and reports per relayed message:
   pinned   as in production, where the sidecar has its own pod's CPU: every thread of the
            broker pinned to core 0 (``taskset -a -p``), the sidecar started on core 1;
            the broker's affinity is restored afterwards
+
+``--trace-ratio R`` runs the sidecar with tracing on (``OTEL_TRACES_EXPORTER=otlp``, the
+default parent-based sampler at R) and gives each message a trace of its own, flagged
+sampled on R of them (``harness.PRODUCERS_SAMPLE``), as producers sampling at R send them:
+R of the deliveries are traced, on either path. It exports over OTLP/HTTP to a collector
+of the bench's own (``--collector up``: a receiver in this process that answers every
+export and counts the bytes) or to a port nobody listens on (``--collector down``).
 
 It prints the median and range of each figure over the pairs, and the ratios of the
 medians, then the README's table (Markdown, dated, with the command), then one JSON
@@ -36,7 +44,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import aiormq
+from collector import collector
 from harness import (
+    PRODUCERS_SAMPLE,
     URL,
     consumer_attached,
     drained,
@@ -48,7 +58,7 @@ from harness import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
     import aiormq.abc
 
@@ -240,17 +250,49 @@ async def main() -> None:
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--setup", choices=("shared", "pinned", "both"), default="both")
     parser.add_argument("--prefetch", type=int, help="the sidecar's (default: its own)")
+    parser.add_argument("--trace-ratio", type=float, help="tracing on, this share sampled")
+    parser.add_argument("--collector", choices=("up", "down"), default="up")
     args = parser.parse_args()
     setups = ("shared", "pinned") if args.setup == "both" else (args.setup,)
-    results = [
-        await run_setup(setup, n=args.n, pairs=args.pairs, prefetch=args.prefetch)
-        for setup in setups
-    ]
+    with tracing(args.trace_ratio, args.collector) as received:
+        results = [
+            await run_setup(setup, n=args.n, pairs=args.pairs, prefetch=args.prefetch)
+            for setup in setups
+        ]
+    if received is not None:
+        print(f"   the collector received {received()} exports, {received(bytes_=True):,} bytes")
     for summary in results:
         _print(summary)
     print()
     print("\n".join(markdown(results, argv=sys.argv[1:])))
     print(json.dumps({"date": time.strftime("%Y-%m-%d"), "results": results}))
+
+
+@contextmanager
+def tracing(ratio: float | None, state: str) -> Iterator[Callable[..., int] | None]:
+    """Set the sidecar's OTEL_* variables for a ratio (nothing when None), with a collector.
+
+    Yields what counts the exports received (``received(bytes_=True)`` for their bytes), or
+    None when tracing is off or the collector is down.
+    """
+    if ratio is None:
+        yield None
+        return
+    PRODUCERS_SAMPLE.append(ratio)
+    names = ("OTEL_TRACES_EXPORTER", "OTEL_TRACES_SAMPLER_ARG", "OTEL_EXPORTER_OTLP_ENDPOINT")
+    saved = {name: os.environ.get(name) for name in names}
+    os.environ["OTEL_TRACES_EXPORTER"] = "otlp"
+    os.environ["OTEL_TRACES_SAMPLER_ARG"] = str(ratio)
+    try:
+        with collector(up=state == "up") as (endpoint, received):
+            os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = endpoint
+            yield received if state == "up" else None
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def build() -> str:
@@ -262,6 +304,13 @@ def build() -> str:
         check=True,
     )
     return "compiled (scripts/compile)" if out.stdout.strip().endswith(".so") else "plain Python"
+
+
+def traced() -> str:
+    """How the sidecar traced in this run, for the table's line ('' when off)."""
+    if os.environ.get("OTEL_TRACES_EXPORTER") != "otlp":
+        return ""
+    return f", tracing on at {os.environ['OTEL_TRACES_SAMPLER_ARG']}"
 
 
 def markdown(results: list[dict[str, object]], *, argv: list[str]) -> list[str]:
@@ -276,7 +325,7 @@ def markdown(results: list[dict[str, object]], *, argv: list[str]) -> list[str]:
     lines = [
         (
             f"`python bench/paired.py {' '.join(argv)}`, {time.strftime('%Y-%m-%d')},"
-            f" the sidecar {build()}: medians of the pairs (range)"
+            f" the sidecar {build()}{traced()}: medians of the pairs (range)"
         ),
         "",
         (
