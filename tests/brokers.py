@@ -1,4 +1,4 @@
-"""Private nodes of each RabbitMQ version the sidecar is proven on.
+"""Private nodes of each RabbitMQ version the sidecar is proven on, and the suites' matrix.
 
 ``local`` is the machine's own packages (Debian 12's 3.10.8 here); ``4.0`` and ``4.3`` run
 from the root file systems ``scripts/brokers`` makes and caches outside the clone (Debian
@@ -6,12 +6,20 @@ from the root file systems ``scripts/brokers`` makes and caches outside the clon
 folder (``tests/faults/private_node.py``) and is stopped at the end; the shared broker is
 never touched. A root that cannot be made fails the test under ``CI=true`` and skips it
 otherwise, naming the command to run.
+
+The matrix: ``--broker-versions=local,4.0,4.3`` (default ``local``, or
+``$ACEMQ_BROKER_VERSIONS``) runs every test that takes ``broker_version`` (through
+``amqp_url``, ``rabbitmqctl``, a module's private ``node`` or the cluster) once per version:
+``local`` on the shared broker as ever, a 4.x version on one private node of the session's
+(``Matrix``). ``--broker-subset=marked`` (or ``$ACEMQ_BROKER_SUBSET``) keeps, on 4.x, only
+the tests marked ``version_changed`` (their subject a version changed), as CI runs it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import subprocess
 from dataclasses import dataclass
@@ -20,10 +28,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.faults.private_node import PrivateNode, private_node
-
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterable, Iterator
+
+    from tests.faults.private_node import PrivateNode
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "brokers"
@@ -83,6 +91,8 @@ def versioned_node(
     version: str, name: str, *, conf: str = "", advanced: str = "[]."
 ) -> Iterator[VersionedNode]:
     """Start a private node of ``version`` called ``name``; stop it after."""
+    from tests.faults.private_node import private_node  # noqa: PLC0415 - conftest imports us
+
     root = broker_root(version)
     with private_node(name, conf=conf, advanced=advanced, root=root) as node:
         inside = () if root is None else ("chroot", str(root))
@@ -94,3 +104,107 @@ def versioned_node(
             timeout=60,
         )
         yield VersionedNode(node, reported.stdout.strip().splitlines()[-1])
+
+
+# --- the suites as a matrix of broker versions -------------------------------------------
+
+LOCAL = "local"
+MARKER = "version_changed"
+"""The marker of a test whose subject a broker version changed (``--broker-subset=marked``)."""
+WIRE_SUITES = frozenset({"integration", "e2e", "faults", "cluster", "interop"})
+SUBSETS = ("all", "marked")
+
+
+def add_options(parser: pytest.Parser) -> None:
+    """``--broker-versions`` and ``--broker-subset`` (see the module docstring)."""
+    group = parser.getgroup("broker versions", "the suites as a matrix of RabbitMQ versions")
+    group.addoption(
+        "--broker-versions",
+        default=os.environ.get("ACEMQ_BROKER_VERSIONS", LOCAL),
+        help=f"comma-separated, of {', '.join(VERSIONS)} (default: $ACEMQ_BROKER_VERSIONS"
+        f" or {LOCAL})",
+    )
+    group.addoption(
+        "--broker-subset",
+        default=os.environ.get("ACEMQ_BROKER_SUBSET", "all"),
+        choices=SUBSETS,
+        help=f"on versions other than {LOCAL}: every test (all) or those marked {MARKER}"
+        " (marked); default $ACEMQ_BROKER_SUBSET or all",
+    )
+
+
+def selected_versions(config: pytest.Config) -> tuple[str, ...]:
+    """The versions ``--broker-versions`` names, in the matrix's order."""
+    named = {v.strip() for v in str(config.getoption("--broker-versions")).split(",")}
+    named.discard("")
+    unknown = named - set(VERSIONS)
+    if unknown or not named:
+        raise pytest.UsageError(
+            f"--broker-versions: {', '.join(sorted(unknown)) or 'none named'};"
+            f" known: {', '.join(VERSIONS)}"
+        )
+    return tuple(version for version in VERSIONS if version in named)
+
+
+def parametrise(metafunc: pytest.Metafunc) -> None:
+    """Run a test that takes ``broker_version`` once per selected version."""
+    if "broker_version" in metafunc.fixturenames:
+        versions = selected_versions(metafunc.config)
+        metafunc.parametrize("broker_version", versions, indirect=True, scope="session")
+
+
+def _runs(item: pytest.Item, suite: str, versions: tuple[str, ...], subset: str) -> bool:
+    callspec = getattr(item, "callspec", None)
+    version = None if callspec is None else callspec.params.get("broker_version")
+    if version is None:  # a wire test of no version runs with the local broker's
+        return suite not in WIRE_SUITES or LOCAL in versions
+    if version == LOCAL or subset == "all":
+        return True
+    marker = item.get_closest_marker(MARKER)
+    return marker is not None and (not marker.args or version in marker.args)
+
+
+def deselect(config: pytest.Config, items: list[pytest.Item], suites: Iterable[str]) -> None:
+    """Drop what the selected versions and subset leave out (``suites``: each item's)."""
+    versions = selected_versions(config)
+    subset = str(config.getoption("--broker-subset"))
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item, suite in zip(items, suites, strict=True):
+        (kept if _runs(item, suite, versions, subset) else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
+@dataclass
+class Matrix:
+    """The session's private node of each 4.x version, started on first use, stopped at the end."""
+
+    stack: contextlib.ExitStack
+    nodes: dict[str, VersionedNode]
+
+    def node(self, version: str) -> VersionedNode:
+        """The node of ``version`` (not ``local``: that is the shared broker)."""
+        assert version != LOCAL, "the local version is the shared broker, not a private node"
+        if version not in self.nodes:
+            name = node_name(f"matrix{version_slug(version)}")
+            self.nodes[version] = self.stack.enter_context(versioned_node(version, name))
+        return self.nodes[version]
+
+
+def version_slug(version: str) -> str:
+    """The version as a node name may hold it: ``local``, ``40``, ``43``."""
+    return re.sub(r"[^0-9a-z]", "", version)
+
+
+@contextlib.contextmanager
+def module_node(
+    version: str, label: str, *, conf: str = "", advanced: str = "[]."
+) -> Iterator[PrivateNode]:
+    """A test module's own private node of ``version`` (``label`` names it); stopped after."""
+    from tests.faults.private_node import private_node  # noqa: PLC0415 - conftest imports us
+
+    name = node_name(f"{label}{version_slug(version)}")
+    with private_node(name, conf=conf, advanced=advanced, root=broker_root(version)) as node:
+        yield node

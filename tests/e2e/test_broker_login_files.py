@@ -8,9 +8,7 @@ changed password file is read again at a reload, as ``url_file`` is.
 
 from __future__ import annotations
 
-import asyncio
 import secrets
-import shutil
 import signal
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -31,6 +29,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator
     from pathlib import Path
 
+    from tests.faults.conftest import RabbitCtl
     from tests.support import Broker
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
@@ -39,37 +38,21 @@ DELIVERY_TIMEOUT_S = 30.0
 PASSWORD = "p/a?s#s@w%rd 1"  # noqa: S105 - a test user's; every character a URL reads as a delimiter, and a space
 
 
-async def _rabbitmqctl(*args: str) -> str:
-    rabbitmqctl = shutil.which("rabbitmqctl")
-    if rabbitmqctl is None:
-        pytest.skip("rabbitmqctl is not on PATH: no user can be made for the test")
-    process = await asyncio.create_subprocess_exec(
-        rabbitmqctl, *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
-    )
-    output, _ = await process.communicate()
-    text = output.decode(errors="replace")
-    assert process.returncode == 0, f"rabbitmqctl {args[0]}: {text}"
-    return text
-
-
 @pytest.fixture
-async def login(amqp_url: str) -> AsyncIterator[str]:
+async def login(rabbitmqctl: RabbitCtl) -> AsyncIterator[str]:
     """A user of the test's own, with every permission on the broker's vhost; deleted after."""
-    host = urlsplit(amqp_url).hostname
-    if host not in ("127.0.0.1", "localhost", "::1"):
-        pytest.skip("rabbitmqctl reaches only the local broker")
     user = f"acemq-login-{secrets.token_hex(4)}"
-    await _rabbitmqctl("add_user", user, PASSWORD)
+    await rabbitmqctl.run("add_user", user, PASSWORD)
     try:
-        await _rabbitmqctl("set_permissions", "-p", "/", user, ".*", ".*", ".*")
+        await rabbitmqctl.run("set_permissions", "-p", "/", user, ".*", ".*", ".*")
         yield user
     finally:
-        await _rabbitmqctl("delete_user", user)
+        await rabbitmqctl.run("delete_user", user)
 
 
 @pytest.mark.e2e
 async def test_a_login_from_files_relays_through_the_broker(
-    broker: Broker, sidecar: Sidecar, login: str, tmp_path: Path
+    broker: Broker, sidecar: Sidecar, login: str, rabbitmqctl: RabbitCtl, tmp_path: Path
 ) -> None:
     quarantine, _ = await declare_quarantine(broker)
     flow = await declare_flow(broker, "login")
@@ -91,7 +74,7 @@ async def test_a_login_from_files_relays_through_the_broker(
         broker, flow.target, ids, timeout_s=DELIVERY_TIMEOUT_S, context=sidecar.output
     )
     assert set(relayed) == set(ids)
-    users = await _rabbitmqctl("list_connections", "user", "--quiet")
+    users = await rabbitmqctl.run("list_connections", "user", "--quiet")
     assert login in users.split(), users
     for part in ("p/a", "s#s", "w%rd"):
         assert part not in sidecar.output()
@@ -99,7 +82,7 @@ async def test_a_login_from_files_relays_through_the_broker(
     # A rotated password: the broker's and the file's; a reload reads the file again, and
     # the next connection logs in with it.
     rotated = "n3w/p?ss#@%"
-    await _rabbitmqctl("change_password", login, rotated)
+    await rabbitmqctl.run("change_password", login, rotated)
     password.write_text(rotated + "\n", encoding="utf-8")
     sidecar.send(signal.SIGHUP)
 
@@ -109,10 +92,10 @@ async def test_a_login_from_files_relays_through_the_broker(
     await eventually(
         reloaded, timeout_s=DELIVERY_TIMEOUT_S, what="the reload", context=sidecar.output
     )
-    for line in (await _rabbitmqctl("list_connections", "pid", "user", "--quiet")).splitlines():
+    for line in (await rabbitmqctl.run("list_connections", "pid", "user", "--quiet")).splitlines():
         pid, _, user = line.partition("\t")
         if user.strip() == login:
-            await _rabbitmqctl("close_connection", pid.strip(), "password rotated")
+            await rabbitmqctl.run("close_connection", pid.strip(), "password rotated")
     later = make_ids("login-rotated", 50)
     await publish_ids(broker, flow.staging, later)
     relayed = await take_until(

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import re
 import secrets
-import shutil
 import subprocess
 import sys
 from typing import TYPE_CHECKING, Any
@@ -38,25 +37,13 @@ from tests.e2e.conftest import (
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from tests.faults.conftest import RabbitCtl
     from tests.support import Broker
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
 DELIVERY_TIMEOUT_S = 30.0
 MOUNT = "/etc/acemq-sidecar-broker"  # where the chart mounts the Secret's login
-
-
-async def _rabbitmqctl(*args: str) -> str:
-    rabbitmqctl = shutil.which("rabbitmqctl")
-    if rabbitmqctl is None:
-        pytest.skip("rabbitmqctl is not on PATH: no user can be made for the test")
-    process = await asyncio.create_subprocess_exec(
-        rabbitmqctl, *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
-    )
-    output, _ = await process.communicate()
-    text = output.decode(errors="replace")
-    assert process.returncode == 0, f"rabbitmqctl {args[0]}: {text}"
-    return text
 
 
 def _only(*names: str) -> str:
@@ -124,13 +111,12 @@ async def _helm_test(manifests: list[Any], port: int) -> subprocess.CompletedPro
     )
 
 
+@pytest.mark.version_changed
 @pytest.mark.e2e
 async def test_a_login_only_secret_relays_as_a_user_with_write_and_read_only(
-    amqp_url: str, broker: Broker, sidecar: Sidecar, tmp_path: Path
+    amqp_url: str, broker: Broker, sidecar: Sidecar, rabbitmqctl: RabbitCtl, tmp_path: Path
 ) -> None:
     address = urlsplit(amqp_url)
-    if address.hostname not in ("127.0.0.1", "localhost", "::1"):
-        pytest.skip("rabbitmqctl reaches only the local broker")
     quarantine, _ = await declare_quarantine(broker)
     flow = await declare_flow(broker, "chart-login")
     user = f"acemq-chart-{secrets.token_hex(4)}"
@@ -138,7 +124,7 @@ async def test_a_login_only_secret_relays_as_a_user_with_write_and_read_only(
 
     manifests = _render_chart(
         sidecar,
-        host=address.hostname,
+        host=address.hostname or "127.0.0.1",
         port=address.port or 5672,
         user=user,
         password=password,
@@ -147,9 +133,9 @@ async def test_a_login_only_secret_relays_as_a_user_with_write_and_read_only(
         tmp_path=tmp_path,
     )
 
-    await _rabbitmqctl("add_user", user, password)
+    await rabbitmqctl.run("add_user", user, password)
     try:
-        await _rabbitmqctl(
+        await rabbitmqctl.run(
             "set_permissions",
             "-p",
             address.path.removeprefix("/") or "/",
@@ -158,7 +144,7 @@ async def test_a_login_only_secret_relays_as_a_user_with_write_and_read_only(
             _only(flow.exchange, quarantine, "amq.default"),  # write
             _only(flow.staging),  # read
         )
-        permissions = await _rabbitmqctl("list_user_permissions", user, "--quiet")
+        permissions = await rabbitmqctl.run("list_user_permissions", user, "--quiet")
         assert f"/\t\t{_only(flow.exchange, quarantine, 'amq.default')}" in permissions
 
         await sidecar.start()
@@ -168,7 +154,7 @@ async def test_a_login_only_secret_relays_as_a_user_with_write_and_read_only(
             broker, flow.target, ids, timeout_s=DELIVERY_TIMEOUT_S, context=sidecar.output
         )
         assert set(relayed) == set(ids)
-        connections = await _rabbitmqctl("list_connections", "user", "--quiet")
+        connections = await rabbitmqctl.run("list_connections", "user", "--quiet")
         assert user in connections.split(), connections
         assert password not in sidecar.output()
 
@@ -192,6 +178,6 @@ async def test_a_login_only_secret_relays_as_a_user_with_write_and_read_only(
         assert (await _helm_test(manifests, free_port())).returncode != 0
     finally:
         await sidecar.kill()
-        await _rabbitmqctl("delete_user", user)
-    users = await _rabbitmqctl("list_users", "--quiet")
+        await rabbitmqctl.run("delete_user", user)
+    users = await rabbitmqctl.run("list_users", "--quiet")
     assert user not in users.split()

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from tests.brokers import module_node
 from tests.e2e.conftest import (
     ID_HEADER,
     Sidecar,
@@ -30,7 +31,7 @@ from tests.e2e.conftest import (
     publish_ids,
     take_until,
 )
-from tests.faults.private_node import PrivateNode, private_node
+from tests.faults.private_node import PrivateNode
 from tests.support import Broker
 
 if TYPE_CHECKING:
@@ -44,13 +45,16 @@ BUDGET = 64 * MIB  # the default broker.max_in_flight_bytes
 # 256 KiB, the socket's write buffer 1 MiB), a body frame being copied, and the
 # allocator's slack after hundreds of MiB went through it.
 SLACK_MIB = 24
-NODE_NAME = "acemq-memory@localhost"
+NODE_CONF = f"max_message_size = {128 * MIB}\n"
 
 
 @pytest.fixture(scope="module")
-def node() -> Iterator[PrivateNode]:
-    """A RabbitMQ node for this module alone (its default max_message_size: 128 MiB)."""
-    with private_node(NODE_NAME) as started:
+def node(broker_version: str) -> Iterator[PrivateNode]:
+    """A RabbitMQ node of the version for this module alone, taking bodies up to 128 MiB.
+
+    128 MiB is 3.x's default max_message_size; 4.0 lowered the default to 16 MiB.
+    """
+    with module_node(broker_version, "memory", conf=NODE_CONF) as started:
         yield started
 
 

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import signal
 import time
-from urllib.parse import unquote, urlsplit
 
 import pytest
 import yaml
@@ -32,6 +30,7 @@ from tests.e2e.conftest import (
     take_ids,
     take_until,
 )
+from tests.faults.conftest import RabbitCtl
 from tests.support import Broker
 
 pytestmark = pytest.mark.timeout(60)
@@ -42,7 +41,6 @@ GRACE_S = 10.0
 EXIT_MARGIN_S = 5.0
 DELIVERY_TIMEOUT_S = 30.0
 REFUSED_LINE = 'acemq_sidecar_config_reloads_total{result="refused"} 1.0'
-LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
 async def stop_cleanly(sidecar: Sidecar) -> None:
@@ -123,6 +121,7 @@ async def test_sigterm_mid_flow_settles_in_flight_loses_nothing_and_exits_0(
     assert "draining" in sidecar.stderr(), sidecar.output()
 
 
+@pytest.mark.version_changed
 @pytest.mark.e2e
 async def test_kill_9_mid_flow_then_restart_loses_nothing(broker: Broker, sidecar: Sidecar) -> None:
     """kill -9 mid-flow loses nothing: the restarted sidecar relays every unacked message."""
@@ -271,30 +270,12 @@ async def test_bad_config_exits_2_naming_file_and_line(
     assert await broker.depth(flow.staging) == 1
 
 
-def _local_broker(url: str) -> bool:
-    return urlsplit(url).hostname in LOCAL_HOSTS
-
-
-async def _rabbitmqctl(rabbitmqctl: str, *args: str) -> None:
-    process = await asyncio.create_subprocess_exec(
-        rabbitmqctl, *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
-    )
-    async with asyncio.timeout(90):
-        output, _ = await process.communicate()
-    assert process.returncode == 0, f"rabbitmqctl {args}: {output.decode(errors='replace')}"
-
-
 @pytest.mark.e2e
 @pytest.mark.parametrize("fault", ["close_all_connections", "broker restart"])
 async def test_connection_loss_mid_flow_reconnects_and_loses_nothing(
-    broker: Broker, sidecar: Sidecar, fault: str
+    broker: Broker, sidecar: Sidecar, rabbitmqctl: RabbitCtl, fault: str
 ) -> None:
     """Connections closed or the broker restarted mid-flow: reconnect and relay every id."""
-    rabbitmqctl = shutil.which("rabbitmqctl")
-    if rabbitmqctl is None:
-        pytest.skip("rabbitmqctl is not on PATH")
-    if not _local_broker(broker.url):
-        pytest.skip(f"AMQP_URL names a broker that is not local: {urlsplit(broker.url).hostname}")
     quarantine, quarantined = await declare_quarantine(broker)
     flow = await declare_flow(broker, "loss")
     ids = make_ids("loss", FLOW_SIZE)
@@ -305,12 +286,10 @@ async def test_connection_loss_mid_flow_reconnects_and_loses_nothing(
     await wait_partial(broker, sidecar, flow.target, at_least=PREFETCH)
 
     if fault == "broker restart":
-        await _rabbitmqctl(rabbitmqctl, "stop_app")
-        await _rabbitmqctl(rabbitmqctl, "start_app")
-        await _rabbitmqctl(rabbitmqctl, "await_startup")
+        for command in ("stop_app", "start_app", "await_startup"):
+            await rabbitmqctl.run(command)
     else:
-        vhost = unquote(urlsplit(broker.url).path[1:]) or "/"
-        await _rabbitmqctl(rabbitmqctl, "close_all_connections", "--vhost", vhost, "test")
+        await rabbitmqctl.close_all_connections()
     await broker.reconnect()  # our own connection went too
 
     async def reconnected() -> bool:

@@ -5,9 +5,8 @@ is planned up front with its fate (relayed to the target, or quarantined) and an
 in ``message_id`` (and, where the route allows it, ``x-acemq-id``), so that after a fault
 every copy can be accounted for by id: none lost, none misplaced, duplicates counted.
 
-The sidecar process and the waits come from tests/e2e/conftest.py. ``rabbitmqctl`` talks
-to ``RABBITMQCTL_NODE`` when that is set, and refuses to run unless the node it talks to
-listens on the port of the broker under test: a fault must never hit somebody else's node.
+The sidecar process and the waits come from tests/e2e/conftest.py, the ``rabbitmqctl``
+fixture (for the broker under test alone) from tests/conftest.py.
 Every test's numbers are printed and summarised at the end of the run (and written as JSON
 lines to ``ACEMQ_FAULTS_REPORT`` when that is set), for docs/reliability.md.
 """
@@ -18,14 +17,11 @@ import asyncio
 import contextlib
 import json
 import os
-import shutil
-import subprocess
 import time
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote, urlsplit
 
 import aiormq.abc
 import pytest
@@ -43,7 +39,6 @@ if TYPE_CHECKING:
 ID_HEADER = "x-acemq-id"
 ROUTABLE = "ok.#"  # the target queues' binding; "bad.*" routing keys come back unroutable
 FIRST_SEEN = 1_767_323_045_678
-LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 PUBLISH_BATCH = 250
 COLLECT_TIMEOUT_S = 30.0
 RABBITMQCTL_TIMEOUT_S = 90.0
@@ -87,43 +82,6 @@ class RabbitCtl:
         finally:
             await self.run("start_app")
             await self.run("await_startup")
-
-
-def _amqp_ports(command: list[str]) -> set[int]:
-    """Return the AMQP ports the node that ``command`` talks to listens on."""
-    diagnostics = shutil.which("rabbitmq-diagnostics")
-    assert diagnostics is not None, "rabbitmq-diagnostics is not on PATH"
-    result = subprocess.run(
-        [diagnostics, *command[1:], "listeners", "--formatter", "json"],
-        capture_output=True,
-        check=False,
-        timeout=RABBITMQCTL_TIMEOUT_S,
-        text=True,
-    )
-    assert result.returncode == 0, f"cannot list the node's listeners: {result.stdout}"
-    listeners = json.loads(result.stdout.strip().splitlines()[-1])["listeners"]
-    return {int(item["port"]) for item in listeners if item["protocol"] == "amqp"}
-
-
-@pytest.fixture(scope="session")
-def rabbitmqctl(amqp_url: str) -> RabbitCtl:
-    """rabbitmqctl for the node behind AMQP_URL; skip where none is local."""
-    executable = shutil.which("rabbitmqctl")
-    if executable is None:
-        pytest.skip("rabbitmqctl is not on PATH")
-    parts = urlsplit(amqp_url)
-    if parts.hostname not in LOCAL_HOSTS:
-        pytest.skip(f"AMQP_URL names a broker that is not local: {parts.hostname}")
-    node = os.environ.get("RABBITMQCTL_NODE")
-    command = [executable, "-n", node] if node else [executable]
-    port = parts.port or 5672
-    ports = _amqp_ports(command)
-    if port not in ports:
-        pytest.fail(
-            f"rabbitmqctl talks to node {node or '(default)'}, which serves AMQP on {ports},"
-            f" not on {port} (AMQP_URL): set RABBITMQCTL_NODE to the node under test"
-        )
-    return RabbitCtl(command=tuple(command), vhost=unquote(parts.path[1:]) or "/")
 
 
 # --- the mixed flow ----------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """What RabbitMQ 4.x changed under the sidecar, on a private node of each version.
 
-Each test runs once per version of ``tests/brokers.py``: the machine's own packages
-(``local``, 3.10.8 on Debian 12) and the cached roots of 4.0 and 4.3 (``scripts/brokers``).
+Each test runs once per version of ``--broker-versions`` (tests/brokers.py): the machine's
+own packages (``local``, 3.10.8 on Debian 12) and the cached roots of 4.0 and 4.3
+(``scripts/brokers``); each is marked ``version_changed``, so CI runs it on every version.
 The subjects are the ones 4.x changed (docs/compatibility.md): a quorum
 staging queue at 4.x's default delivery limit (20) through connection cuts and kill -9,
 what each requeue spends of it, the broker's consumer timeout, a relay user without
@@ -25,7 +26,7 @@ import aiormq.abc
 import pytest
 from pamqp.commands import Basic
 
-from tests.brokers import VERSIONS, VersionedNode, node_name, versioned_node
+from tests.brokers import VersionedNode, node_name, version_slug, versioned_node
 from tests.e2e.conftest import (
     ID_HEADER,
     Sidecar,
@@ -51,7 +52,7 @@ if TYPE_CHECKING:
     from tests.faults.private_node import PrivateNode
     from tests.support import Broker
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.e2e, pytest.mark.version_changed, pytest.mark.timeout(300)]
 
 NODE_ADVANCED = "[{rabbit, [{channel_tick_interval, 1000}]}]."  # the consumer timer, each second
 DEFAULT_DELIVERY_LIMIT = 20  # a quorum queue's from 4.0; set where the broker has none
@@ -67,12 +68,11 @@ DEFAULT_CONSUMER_TIMEOUT_MS = 1_800_000
 MIB = 1024 * 1024
 
 
-@pytest.fixture(scope="module", params=VERSIONS)
-def versioned(request: pytest.FixtureRequest) -> Iterator[VersionedNode]:
-    """A private node of each version in turn, for this module's tests."""
-    version = str(request.param)
-    name = node_name(f"v{version.replace('.', '')}")
-    with versioned_node(version, name, advanced=NODE_ADVANCED) as started:
+@pytest.fixture(scope="module")
+def versioned(broker_version: str) -> Iterator[VersionedNode]:
+    """A private node of the version (``--broker-versions``), for this module's tests."""
+    name = node_name(f"v{version_slug(broker_version)}")
+    with versioned_node(broker_version, name, advanced=NODE_ADVANCED) as started:
         yield started
 
 

@@ -110,6 +110,7 @@ async def finish(
     )
 
 
+@pytest.mark.version_changed
 async def test_close_all_connections_three_times_loses_nothing(
     flow: MixedFlow,
     sidecar: Sidecar,

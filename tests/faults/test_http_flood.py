@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from sidecar.observe.http_server import MAX_CONNECTIONS
+from tests.brokers import module_node
 from tests.e2e.conftest import (
     Sidecar,
     declare_flow,
@@ -43,7 +44,7 @@ from tests.e2e.conftest import (
     publish_ids,
     take_until,
 )
-from tests.faults.private_node import PrivateNode, private_node
+from tests.faults.private_node import PrivateNode
 from tests.support import Broker, open_broker
 
 if TYPE_CHECKING:
@@ -54,7 +55,6 @@ if TYPE_CHECKING:
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
-NODE_NAME = "http-flood@localhost"
 DESCRIPTOR_LIMIT = 256  # the sidecar's RLIMIT_NOFILE, soft and hard
 FLOOD_CLIENTS = 600  # more than twice the descriptors the sidecar has
 TRICKLE_S = 1.0  # a slow client sends a byte this often
@@ -77,9 +77,9 @@ RSS_GROWTH_BOUND_MIB = 32.0  # a connection costs a few KiB; a thread each cost 
 
 
 @pytest.fixture(scope="module")
-def node() -> Iterator[PrivateNode]:
-    """A RabbitMQ node for this module alone."""
-    with private_node(NODE_NAME) as started:
+def node(broker_version: str) -> Iterator[PrivateNode]:
+    """A RabbitMQ node of the version for this module alone."""
+    with module_node(broker_version, "httpflood") as started:
         yield started
 
 

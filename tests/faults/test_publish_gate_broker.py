@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING
 import pytest
 
 from sidecar.settle.publish_gate import QUIET_S
+from tests.brokers import module_node
 from tests.e2e.conftest import Sidecar, declare_quarantine, eventually, make_ids, publish_ids
-from tests.faults.private_node import PrivateNode, private_node
+from tests.faults.private_node import PrivateNode
 from tests.faults.test_refusals import report, route, route_map, take_all
 from tests.support import Broker
 
@@ -27,14 +28,13 @@ if TYPE_CHECKING:
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
-NODE_NAME = "acemq-gate@localhost"
 GRACE_S = 10  # the route map's shutdown_grace_s (tests.faults.test_refusals.route_map)
 
 
 @pytest.fixture(scope="module")
-def node() -> Iterator[PrivateNode]:
-    """A RabbitMQ node for this module alone, with RabbitMQ's defaults."""
-    with private_node(NODE_NAME) as started:
+def node(broker_version: str) -> Iterator[PrivateNode]:
+    """A RabbitMQ node of the version for this module alone, with RabbitMQ's defaults."""
+    with module_node(broker_version, "gate") as started:
         yield started
 
 

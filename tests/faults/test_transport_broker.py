@@ -19,6 +19,7 @@ import pytest
 
 from sidecar.amqp import ConnectFailedError, PublishOutcome, connect
 from sidecar.wire import BrokerAddress
+from tests.brokers import module_node
 from tests.e2e.conftest import (
     Sidecar,
     declare_flow,
@@ -28,7 +29,7 @@ from tests.e2e.conftest import (
     publish_ids,
     take_ids,
 )
-from tests.faults.private_node import PrivateNode, private_node
+from tests.faults.private_node import PrivateNode
 from tests.support import Broker, open_broker
 
 if TYPE_CHECKING:
@@ -39,11 +40,8 @@ if TYPE_CHECKING:
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
-FRAME_NODE = "transport-frames@localhost"
-HUGE_FRAME_NODE = "transport-huge-frames@localhost"
 HUGE_FRAME_MAX = 32 * 1024 * 1024
 HUGE_HEADER_BYTES = 20 * 1024 * 1024
-AUTH_NODE = "transport-auth@localhost"
 BROKER_FRAME_MAX = 1_048_576
 BIG_HEADER_BYTES = 300_000
 PER_ROUTE = 2_000
@@ -54,16 +52,18 @@ ERROR_HEADER = "x-acemq-error"
 
 
 @pytest.fixture(scope="module")
-def frames_node() -> Iterator[PrivateNode]:
-    """A node whose frame size is 1 MiB, eight times RabbitMQ's default."""
-    with private_node(FRAME_NODE, conf=f"frame_max = {BROKER_FRAME_MAX}\n") as started:
+def frames_node(broker_version: str) -> Iterator[PrivateNode]:
+    """A node of the version whose frame size is 1 MiB, eight times RabbitMQ's default."""
+    conf = f"frame_max = {BROKER_FRAME_MAX}\n"
+    with module_node(broker_version, "frames", conf=conf) as started:
         yield started
 
 
 @pytest.fixture(scope="module")
-def huge_frames_node() -> Iterator[PrivateNode]:
-    """A node whose frame size (32 MiB) is over the 16 MiB the sidecar reads of a header."""
-    with private_node(HUGE_FRAME_NODE, conf=f"frame_max = {HUGE_FRAME_MAX}\n") as started:
+def huge_frames_node(broker_version: str) -> Iterator[PrivateNode]:
+    """A node of the version whose frame size (32 MiB) is over the sidecar's 16 MiB header."""
+    conf = f"frame_max = {HUGE_FRAME_MAX}\n"
+    with module_node(broker_version, "hugeframes", conf=conf) as started:
         yield started
 
 
@@ -299,9 +299,10 @@ async def test_blocked_is_reported_with_the_brokers_reason_and_heartbeats_keep_t
 
 
 @pytest.fixture(scope="module")
-def amqplain_node() -> Iterator[PrivateNode]:
-    """A node that offers AMQPLAIN only."""
-    with private_node(AUTH_NODE, conf="auth_mechanisms.1 = AMQPLAIN\n") as started:
+def amqplain_node(broker_version: str) -> Iterator[PrivateNode]:
+    """A node of the version that offers AMQPLAIN only."""
+    conf = "auth_mechanisms.1 = AMQPLAIN\n"
+    with module_node(broker_version, "amqplain", conf=conf) as started:
         yield started
 
 

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import shutil
 import subprocess
 from collections.abc import Callable
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiormq.abc
 import pytest
@@ -33,6 +32,9 @@ from sidecar.wire import (
 from tests.compiled import is_compiled
 from tests.integration.conftest import make_topology, route_map_yaml, wait_for
 from tests.support import Broker
+
+if TYPE_CHECKING:
+    from tests.faults.conftest import RabbitCtl
 
 pytestmark = pytest.mark.integration
 
@@ -174,6 +176,7 @@ async def test_app_reserved_header_is_quarantined_with_reason(
     assert await broker.depth(topo.staging) == 0
 
 
+@pytest.mark.version_changed
 async def test_unroutable_message_is_quarantined(
     broker: Broker, run_sidecar: Callable[..., Any]
 ) -> None:
@@ -195,6 +198,7 @@ async def test_unroutable_message_is_quarantined(
     assert headers_of(relayed)["x-acemq-id"] == "u-2"
 
 
+@pytest.mark.version_changed
 async def test_returns_are_matched_when_message_ids_repeat(
     broker: Broker, run_sidecar: Callable[..., Any]
 ) -> None:
@@ -313,14 +317,13 @@ SIDECAR_USER = "acemq-it-sidecar"
 
 
 @pytest.fixture(scope="module")
-def second_login() -> str:
+def second_login(rabbitmqctl: RabbitCtl) -> str:
     """A broker user other than guest, so a message's user_id can differ from the sidecar's."""
-    if shutil.which("rabbitmqctl") is None:
-        pytest.skip("rabbitmqctl is needed to create a second broker user")
-    subprocess.run(["rabbitmqctl", "delete_user", SIDECAR_USER], capture_output=True, check=False)
+    ctl = list(rabbitmqctl.command)
+    subprocess.run([*ctl, "delete_user", SIDECAR_USER], capture_output=True, check=False)
     for command in (
-        ["rabbitmqctl", "add_user", SIDECAR_USER, "it-secret"],
-        ["rabbitmqctl", "set_permissions", "-p", "/", SIDECAR_USER, ".*", ".*", ".*"],
+        [*ctl, "add_user", SIDECAR_USER, "it-secret"],
+        [*ctl, "set_permissions", "-p", "/", SIDECAR_USER, ".*", ".*", ".*"],
     ):
         subprocess.run(command, capture_output=True, check=True, timeout=60)
     return SIDECAR_USER

@@ -26,7 +26,7 @@ from proton import Message, int32, symbol
 from proton.utils import BlockingConnection, ConnectionClosed
 
 from sidecar.wire import Int32, Int64, Timestamp
-from tests.brokers import VersionedNode, node_name, versioned_node
+from tests.brokers import LOCAL, VersionedNode, node_name, version_slug, versioned_node
 from tests.e2e.conftest import ID_HEADER, Sidecar, declare_flow, declare_quarantine, eventually
 from tests.support import Broker
 
@@ -35,18 +35,20 @@ if TYPE_CHECKING:
 
     from tests.faults.private_node import PrivateNode
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.e2e, pytest.mark.version_changed, pytest.mark.timeout(180)]
 
 FIRST_SEEN = 1_767_323_045_678
 RECEIVE_TIMEOUT_S = 30.0
 LONG_TEXT = "é" * 200  # 400 bytes of UTF-8: over the 255 of a 1.0 short string
 
 
-@pytest.fixture(scope="module", params=("4.0", "4.3"))
-def versioned(request: pytest.FixtureRequest) -> Iterator[VersionedNode]:
-    """A private node of each 4.x version in turn (AMQP 1.0 is native from 4.0)."""
-    version = str(request.param)
-    with versioned_node(version, node_name(f"a10-{version.replace('.', '')}")) as started:
+@pytest.fixture(scope="module")
+def versioned(broker_version: str) -> Iterator[VersionedNode]:
+    """A private node of the version; none before 4.0 (where AMQP 1.0 is a plugin)."""
+    if broker_version == LOCAL:
+        pytest.skip("AMQP 1.0 is native from RabbitMQ 4.0: run with --broker-versions=4.0,4.3")
+    name = node_name(f"a10-{version_slug(broker_version)}")
+    with versioned_node(broker_version, name) as started:
         yield started
 
 
