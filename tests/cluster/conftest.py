@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from sidecar.wire import BrokerAddress
+from tests.brokers import broker_root
 from tests.cluster.nodes import Cluster, three_node_cluster
 from tests.e2e.conftest import Sidecar, eventually
 from tests.faults.conftest import (
@@ -56,16 +57,17 @@ QUORUM = {"x-queue-type": "quorum"}
 
 
 @pytest.fixture(scope="package")
-def cluster() -> Iterator[Cluster]:
-    """The three-node cluster, started once for this package and stopped after its last test.
+def cluster(broker_version: str) -> Iterator[Cluster]:
+    """The three-node cluster of the version, started once and stopped after its last test.
 
-    Skipped where RabbitMQ is not installed (failed in CI, where it must be).
+    ``local``: the machine's packages; 4.x: its root (tests/brokers.py). Skipped where
+    RabbitMQ or the root is not there (failed in CI, where it must be).
     Part of the README's test command (about 6 minutes on the 2-core machine, the start
     included). ``ACEMQ_CLUSTER_TESTS=0`` skips it, for a quick local run; CI never sets it.
     """
     if os.environ.get("ACEMQ_CLUSTER_TESTS") == "0":
         pytest.skip("ACEMQ_CLUSTER_TESTS=0: the three-node cluster suite is skipped")
-    with three_node_cluster() as running:
+    with three_node_cluster(root=broker_root(broker_version)) as running:
         yield running
 
 

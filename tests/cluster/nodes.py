@@ -15,6 +15,10 @@ Given test hosts (``tests/faults/netns.py``'s ``net_hosts``), each node runs ins
 named for that host (``acemq-RUN-c1@p1``), its nodes' traffic on the hosts' bridge and its
 clients' on the host's own link: a partition of one host from the others leaves its clients
 connected.
+
+Given a root file system (``scripts/brokers``: RabbitMQ 4.0 or 4.3, tests/brokers.py), the
+three nodes and every CLI command run in it through ``chroot``, their folder under the
+root's ``/tmp`` and named to them by the path it has inside the root.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import pytest
 
 from tests.e2e.conftest import free_port
 from tests.faults.conftest import RabbitCtl
+from tests.faults.private_node import rabbitmq_ids
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -62,9 +67,20 @@ class Node:
     dist_port: int
     base: Path
     cookie: str = field(repr=False)
-    inside: tuple[str, ...] = ()  # the prefix that runs a command in its test host
+    inside: tuple[str, ...] = ()  # the prefix that runs a command in its test host or root
     address: str = "127.0.0.1"  # where its clients reach it
     start_output: str = ""  # what the last start printed, for a failure message
+    root: Path | None = None  # the root file system it runs in (chroot), if any
+
+    @property
+    def in_test_host(self) -> bool:
+        """Whether the node runs in a test host's network namespace."""
+        return bool(self.inside) and self.root is None
+
+    @property
+    def seen(self) -> Path:
+        """The node's folder as the node sees it (inside its root, if it has one)."""
+        return self.base if self.root is None else Path("/") / self.base.relative_to(self.root)
 
     @property
     def url(self) -> str:
@@ -104,21 +120,21 @@ class Node:
             "RABBITMQ_NODENAME": self.name,
             "RABBITMQ_NODE_PORT": str(self.amqp_port),
             "RABBITMQ_DIST_PORT": str(self.dist_port),
-            "RABBITMQ_MNESIA_BASE": str(self.base / "mnesia"),
-            "RABBITMQ_LOG_BASE": str(self.base / "log"),
-            "RABBITMQ_CONFIG_FILE": str(self.base / "rabbitmq.conf"),
-            "RABBITMQ_ENABLED_PLUGINS_FILE": str(self.base / "enabled_plugins"),
-            "RABBITMQ_CONF_ENV_FILE": str(self.base / "rabbitmq-env.conf"),
+            "RABBITMQ_MNESIA_BASE": str(self.seen / "mnesia"),
+            "RABBITMQ_LOG_BASE": str(self.seen / "log"),
+            "RABBITMQ_CONFIG_FILE": str(self.seen / "rabbitmq.conf"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": str(self.seen / "enabled_plugins"),
+            "RABBITMQ_CONF_ENV_FILE": str(self.seen / "rabbitmq-env.conf"),
             # In a test host, a partition is to be seen in seconds, not the default minute.
             "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": f"-setcookie {self.cookie}"
-            + (f" -kernel net_ticktime {NET_TICKTIME_S}" if self.inside else ""),
+            + (f" -kernel net_ticktime {NET_TICKTIME_S}" if self.in_test_host else ""),
         }
 
     def write_files(self) -> None:
         """Write the node's config, plugins (none) and environment file."""
         self.base.mkdir(parents=True, exist_ok=True)
         # In a test host every address is the test's own; on this one, loopback only.
-        listen = "0.0.0.0" if self.inside else "127.0.0.1"  # noqa: S104
+        listen = "0.0.0.0" if self.in_test_host else "127.0.0.1"  # noqa: S104
         (self.base / "rabbitmq.conf").write_text(
             CONFIG.format(listen=listen, amqp_port=self.amqp_port), encoding="utf-8"
         )
@@ -126,10 +142,10 @@ class Node:
         # Our own environment file: the system one names the shared node. On this host the
         # nodes' own traffic stays on loopback.
         env_file = f"NODENAME={self.name}\n"
-        if not self.inside:
+        if not self.in_test_host:
             env_file += 'export ERL_FLAGS="-kernel inet_dist_use_interface {127,0,0,1}"\n'
         (self.base / "rabbitmq-env.conf").write_text(env_file, encoding="utf-8")
-        _hand_to_rabbitmq(self.base)
+        _hand_to_rabbitmq(self.base, self.root)
 
     def start(self) -> None:
         """``rabbitmq-server -detached`` (returns before the node is up: see await_up)."""
@@ -201,18 +217,15 @@ def _alive(pid: int) -> bool:
     return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
 
 
-def _hand_to_rabbitmq(base: Path) -> None:
+def _hand_to_rabbitmq(base: Path, root: Path | None) -> None:
     """Let the server, which the scripts run as ``rabbitmq`` under root, write its folder."""
     if os.geteuid() != 0:
         return
-    import pwd  # noqa: PLC0415 - POSIX only, and only needed as root
-
-    try:
-        user = pwd.getpwnam("rabbitmq")
-    except KeyError:
+    ids = rabbitmq_ids(root)
+    if ids is None:
         return
     for path in [base.parent, base, *base.rglob("*")]:
-        os.chown(path, user.pw_uid, user.pw_gid)
+        os.chown(path, *ids)
 
 
 @dataclass
@@ -278,17 +291,24 @@ def _require_rabbitmq() -> None:
 
 
 @contextlib.contextmanager
-def three_node_cluster(hosts: tuple[NetHost, ...] = ()) -> Iterator[Cluster]:
+def three_node_cluster(
+    hosts: tuple[NetHost, ...] = (), *, root: Path | None = None
+) -> Iterator[Cluster]:
     """Start three nodes, join them, yield the cluster; stop them and remove their folder after.
 
     Refuses to start when a node of one of these names already runs (it may be somebody's,
     or a previous run's left behind: ``rabbitmqctl -n NAME stop`` with its cookie).
-    ``hosts``: three test hosts to run the nodes in (see the module docstring).
+    ``hosts``: three test hosts to run the nodes in; ``root``: the root file system to run
+    them from (see the module docstring).
     """
-    _require_rabbitmq()
+    assert not (hosts and root), "the nodes run in test hosts or in a root, not both"
+    if root is None:
+        _require_rabbitmq()
     cookie = secrets.token_hex(16).upper()
     run = secrets.token_hex(3)  # two runs at once (CI and a developer) must not share names
-    with tempfile.TemporaryDirectory(prefix="acemq-cluster-") as folder:
+    parent = None if root is None else root / "tmp"
+    chrooted: tuple[str, ...] = () if root is None else ("chroot", str(root))
+    with tempfile.TemporaryDirectory(prefix="acemq-cluster-", dir=parent) as folder:
         nodes = tuple(
             Node(
                 name=f"acemq-{run}-{member}@{host.hostname if host else 'localhost'}",
@@ -296,8 +316,9 @@ def three_node_cluster(hosts: tuple[NetHost, ...] = ()) -> Iterator[Cluster]:
                 dist_port=free_port(),
                 base=Path(folder) / member,
                 cookie=cookie,
-                inside=host.exec if host else (),
+                inside=host.exec if host else chrooted,
                 address=host.links[0].inside_address if host else "127.0.0.1",
+                root=root,
             )
             for member, host in zip(MEMBERS, hosts or (None,) * len(MEMBERS), strict=True)
         )

@@ -86,6 +86,7 @@ async def finish(
     return duplicates
 
 
+@pytest.mark.version_changed("4.3")
 async def test_kill_9_of_the_node_the_sidecar_uses_resumes_on_another(
     cluster: Cluster,
     client: Broker,

@@ -88,7 +88,7 @@ def _ctl(name: str, *args: str, inside: tuple[str, ...] = ()) -> subprocess.Comp
     )
 
 
-def _rabbitmq_ids(root: Path | None) -> tuple[int, int] | None:
+def rabbitmq_ids(root: Path | None) -> tuple[int, int] | None:
     """The ``rabbitmq`` user's uid and gid: the host's, or those in ``root``'s passwd."""
     if root is None:
         try:
@@ -107,7 +107,7 @@ def _hand_to_rabbitmq(base: Path, root: Path | None = None) -> None:
     """Let the server, which the scripts run as ``rabbitmq`` under root, write its folder."""
     if os.geteuid() != 0:
         return
-    ids = _rabbitmq_ids(root)
+    ids = rabbitmq_ids(root)
     if ids is None:
         return
     for path in [base, *base.rglob("*")]:
