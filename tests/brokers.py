@@ -208,3 +208,9 @@ def module_node(
     name = node_name(f"{label}{version_slug(version)}")
     with private_node(name, conf=conf, advanced=advanced, root=broker_root(version)) as node:
         yield node
+
+
+def differs_on(request: pytest.FixtureRequest, versions: tuple[str, ...], reason: str) -> None:
+    """Expect the test to fail (strictly) on ``versions``: ``reason`` names the difference."""
+    if request.getfixturevalue("broker_version") in versions:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))

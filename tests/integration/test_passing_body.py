@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from sidecar.contract import ERROR as ERROR_HEADER
+from tests.brokers import differs_on
 from tests.integration.conftest import route_map_yaml, wait_for
 from tests.support import Broker
 
@@ -29,9 +30,15 @@ LIMIT = 256 * 1024
 
 
 async def test_a_body_over_the_limit_goes_to_quarantine_whole_while_another_route_relays(
-    broker: Broker, run_sidecar: Callable[..., Any]
+    broker: Broker, run_sidecar: Callable[..., Any], request: pytest.FixtureRequest
 ) -> None:
     """Unroutable at first (no queue bound): given back, then quarantined once one is."""
+    differs_on(
+        request,
+        ("4.0", "4.3"),
+        "4.x's default max_message_size (16 MiB) refuses the test's 20 MiB"
+        " body at its publish into staging",
+    )
     staging, other = await broker.queue("staging.passing"), await broker.queue("staging.other")
     target = await broker.exchange("target.passing", "fanout")
     relayed = await broker.queue("relayed.passing")

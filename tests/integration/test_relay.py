@@ -29,6 +29,7 @@ from sidecar.wire import (
     UInt16,
     UInt32,
 )
+from tests.brokers import differs_on
 from tests.compiled import is_compiled
 from tests.integration.conftest import make_topology, route_map_yaml, wait_for
 from tests.support import Broker
@@ -696,9 +697,15 @@ async def test_stop_does_not_wait_for_a_broker_that_never_answers(
 
 
 async def test_at_the_smallest_frame_size_a_long_reject_still_reaches_quarantine(
-    broker: Broker, run_sidecar: Callable[..., Any]
+    broker: Broker, run_sidecar: Callable[..., Any], request: pytest.FixtureRequest
 ) -> None:
     """4 KiB frames: neither the original headers with the reason, nor the whole reason fit."""
+    differs_on(
+        request,
+        ("4.3",),
+        "RabbitMQ 4.3.6 resets a connection that asks for frame_max=4096"
+        " (under its 8,192-byte minimum): the sidecar never connects",
+    )
     topo = await make_topology(broker)
     # 85 names of 40 bytes: the table just fits a 4 KiB frame; the reason naming them all
     # and why the original headers were left out does not.
