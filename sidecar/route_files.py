@@ -1,6 +1,6 @@
 """Loading the route map for ``check``, ``run`` and a reload: the file and the files it names.
 
-The shell step around the pure parser (``route_parse``): it passes the parser the one
+The shell step around the pure parser (``sidecar.routemap.parse``): it passes the parser the one
 check that reads more files, the TLS files, so that all three refuse a missing or wrong
 certificate the same way, as a ``ConfigError`` at its key's line, before any message is
 touched. ``RouteMapFile`` is the file as a reload sees it: read again, or noticed changed.

@@ -28,6 +28,7 @@ from sidecar.amqp.lifecycle import ChannelState
 from sidecar.amqp.protocols import (
     AckChannel,
     Consumer,
+    DeliveryConsumer,
     Publisher,
     RelayChannel,
     RelayConnection,
@@ -55,6 +56,7 @@ __all__ = [
     "Connection",
     "Consumer",
     "Delivery",
+    "DeliveryConsumer",
     "MissingEntityError",
     "PublishOutcome",
     "Publisher",

@@ -19,7 +19,7 @@ prefetch to consumers created after it) delivers on the same channel under a new
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from sidecar.amqp import codec
 from sidecar.amqp.acks import Acks
@@ -45,11 +45,12 @@ from sidecar.wire import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Coroutine
+    from collections.abc import Callable
 
     from sidecar.amqp.lifecycle import ChannelLink
+    from sidecar.amqp.protocols import DeliveryConsumer
     from sidecar.amqp.stream import BodyStream
-    from sidecar.wire import Delivery, UnreadHeader
+    from sidecar.wire import UnreadHeader
 
 __all__ = ["Channel"]
 
@@ -78,18 +79,16 @@ class Channel(PublishingChannel):
     async def consume(
         self,
         queue: str,
-        callback: Callable[[Delivery], Coroutine[Any, Any, None] | None],
+        consumer: DeliveryConsumer,
         *,
         consumer_tag: str,
-        on_body_size: Callable[[int], None] | None = None,
         max_in_flight_bytes: int | None = None,
         max_body_bytes: int | None = None,
     ) -> None:
-        """Start consuming ``queue``; ``callback`` gets each delivery (its coroutine a task).
+        """Start consuming ``queue``; ``consumer`` gets each delivery and body size.
 
-        ``on_body_size`` is called with each delivery's body size as its content header
-        arrives, before the body does (from the frame handler: it must be quick and must
-        not raise). While the deliveries not acked or rejected hold ``max_in_flight_bytes``
+        Both from the frame handler (``DeliveryConsumer``): the client starts no task for a
+        delivery. While the deliveries not acked or rejected hold ``max_in_flight_bytes``
         of body, the connection reads nothing more: never more than that plus one message.
         A body over ``max_body_bytes`` is not held: its delivery carries an ``UnreadBody``
         and its frames wait for ``passing_body``'s stream to be published or discarded.
@@ -97,8 +96,7 @@ class Channel(PublishingChannel):
         """
         self._consuming = True
         self._inbound.consume(
-            callback,
-            on_body_size=on_body_size,
+            consumer,
             budget_bytes=max_in_flight_bytes,
             max_body_bytes=max_body_bytes,
         )
@@ -112,7 +110,7 @@ class Channel(PublishingChannel):
     async def cancel(self, consumer_tag: str, *, on_sent: Callable[[], None] | None = None) -> bool:
         """Stop deliveries to a consumer; True once none can arrive, False after a bound.
 
-        The cancel-ok comes after the consumer's last delivery, each handed to its callback
+        The cancel-ok comes after the consumer's last delivery, each handed to its consumer
         by then (which stays: deliveries on the wire are settled, not redelivered). After
         the broker's own cancel nothing is sent (True). False: no answer within the bound
         or the channel ended first. ``on_sent`` is called once the cancel is written: an

@@ -3,8 +3,9 @@
 The channel hands it the frames of its deliveries and returns, and
 :class:`~sidecar.amqp.content.ContentReader` puts each message together. A delivery's body
 size is told as its content header arrives, before the body does. A whole delivery is
-expected by the channel's acks and handed to the consumer's callback (a coroutine it
-returns runs as a task of its own); none is handed over once the channel is closed (the
+expected by the channel's acks and handed to the consumer (``DeliveryConsumer``), which
+runs whatever takes longer in tasks of its own; none is handed over once the channel is
+closed (the
 broker redelivers it). The bytes of the deliveries not yet settled (acked, rejected, or
 given back with the channel) are counted against the channel's budget, if it has one,
 from each content header on. A delivery whose body is over the consumer's
@@ -32,8 +33,9 @@ if TYPE_CHECKING:
 
     from sidecar.amqp.acks import Acks
     from sidecar.amqp.confirms import Confirms
+    from sidecar.amqp.protocols import DeliveryConsumer
     from sidecar.amqp.stream import BodyStream
-    from sidecar.wire import Delivery, UnreadHeader
+    from sidecar.wire import UnreadHeader
 
 __all__ = ["Inbound", "InboundChannel"]
 
@@ -73,8 +75,7 @@ class Inbound:
         self._acks = acks
         self._confirms = confirms
         self._content = ContentReader(channel.number, passes=self._passes, resume=room)
-        self._callback: Callable[[Delivery], Coroutine[Any, Any, None] | None] | None = None
-        self._on_body_size: Callable[[int], None] | None = None
+        self._consumer: DeliveryConsumer | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._room = room  # called when a settlement made room under the budget
         self.budget_bytes: int | None = None  # no more is read while this much is unsettled
@@ -86,20 +87,18 @@ class Inbound:
 
     def consume(
         self,
-        callback: Callable[[Delivery], Coroutine[Any, Any, None] | None],
+        consumer: DeliveryConsumer,
         *,
-        on_body_size: Callable[[int], None] | None,
         budget_bytes: int | None = None,
         max_body_bytes: int | None = None,
     ) -> None:
-        """Hand every delivery from now on to ``callback``, its body size to ``on_body_size``.
+        """Hand every delivery from now on, and its body size, to ``consumer``.
 
         ``budget_bytes``: read no further content while the deliveries unsettled hold this
         many bytes of body (see ``has_room``). ``max_body_bytes``: a larger body passes
-        through (its size is not told to ``on_body_size``).
+        through (its size is not told).
         """
-        self._callback = callback
-        self._on_body_size = on_body_size
+        self._consumer = consumer
         self.budget_bytes = budget_bytes
         self.max_body_bytes = max_body_bytes
 
@@ -159,8 +158,8 @@ class Inbound:
             if size:
                 self._sizes[self._tag] = size
                 self.held_bytes += size
-            if self._on_body_size is not None:
-                self._on_body_size(size)
+            if (consumer := self._consumer) is not None:
+                consumer.body_size(size)
         if content is not None:
             self._complete(content)
 
@@ -179,7 +178,9 @@ class Inbound:
             if stream is not None:
                 stream.discard()
             self._on_return(content, method)
-        elif self._callback is not None and self._channel.state is not ChannelState.CLOSED:
+        elif (consumer := self._consumer) is not None and (
+            self._channel.state is not ChannelState.CLOSED
+        ):
             self._acks.expect(method.delivery_tag)
             unread_body = None
             if stream is not None:
@@ -188,8 +189,7 @@ class Inbound:
             delivery = delivery_of(
                 method, content.header, content.body, content.unread, unread_body
             )
-            if (work := self._callback(delivery)) is not None:
-                self._spawn(work)
+            consumer.deliver(delivery)
         elif stream is not None:
             stream.discard()  # not handed over: the broker redelivers it
 
@@ -217,9 +217,9 @@ class Inbound:
             )
         )
         self._channel.begin_close()  # no publish takes this channel from here on
-        self._spawn(self._channel.close())
+        self._spawn(self._channel.close(), name=f"channel-{number}-close")
 
-    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
-        task = self._loop.create_task(work)
+    def _spawn(self, work: Coroutine[Any, Any, None], *, name: str) -> None:
+        task = self._loop.create_task(work, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

@@ -8,10 +8,10 @@ client's :class:`~sidecar.amqp.channel.Channel` and
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Coroutine, Mapping
+    from collections.abc import Callable, Mapping
 
     from sidecar.amqp.confirms import Settled
     from sidecar.amqp.stream import BodyStream
@@ -111,6 +111,26 @@ class AckChannel(Protocol):
         ...
 
 
+class DeliveryConsumer(Protocol):
+    """What a consuming channel hands its deliveries to, from the frame handler that read them.
+
+    The client starts no task for a delivery: what takes longer than the call is the
+    consumer's to run, in tasks of its own.
+    """
+
+    def deliver(self, delivery: Delivery) -> None:
+        """Take one whole delivery (its body passing through, if over ``max_body_bytes``)."""
+        ...
+
+    def body_size(self, size: int) -> None:
+        """Hear a delivery's body size from its content header, before the body arrives.
+
+        Called in the frame handler: quick, and never raising. Not told for a body that
+        passes through.
+        """
+        ...
+
+
 @runtime_checkable
 class Consumer(Protocol):
     """Consumes one queue on one channel and acks what was settled."""
@@ -123,17 +143,14 @@ class Consumer(Protocol):
     async def consume(
         self,
         queue: str,
-        callback: Callable[[Delivery], Coroutine[Any, Any, None] | None],
+        consumer: DeliveryConsumer,
         *,
         consumer_tag: str,
-        on_body_size: Callable[[int], None] | None = None,
         max_in_flight_bytes: int | None = None,
         max_body_bytes: int | None = None,
     ) -> None:
-        """Start consuming; ``callback`` gets each delivery (its coroutine, if any, a task).
+        """Start consuming; ``consumer`` gets each delivery and each body size, in turn.
 
-        ``on_body_size`` hears each delivery's body size from its content header, before
-        the body arrives; it runs in the frame handler, so it must be quick and not raise.
         While the deliveries not yet settled hold ``max_in_flight_bytes`` of body, the
         connection reads nothing more: they never hold more than that plus one message.
         A body over ``max_body_bytes`` passes through (``passing_body``), never held.

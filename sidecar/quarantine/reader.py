@@ -20,8 +20,7 @@ from sidecar.amqp import ChannelLostError, MissingEntityError
 from sidecar.errors import SidecarError
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncGenerator, Callable, Coroutine
-    from typing import Any
+    from collections.abc import AsyncGenerator
 
     from sidecar.amqp import Channel, Connection, Delivery
 
@@ -115,7 +114,7 @@ class QueueReader:
             window_index = len(self._channels) - 1
             inbox: asyncio.Queue[Delivery] = asyncio.Queue()
             tag = f"{self._tag}.{len(self._channels)}"
-            await channel.consume(self._queue, _into(inbox), consumer_tag=tag)
+            await channel.consume(self._queue, _Inbox(inbox), consumer_tag=tag)
             taken = 0
             while taken < want:
                 delivery = await self._next(inbox, channel)
@@ -197,11 +196,20 @@ class QueueReader:
         return ready
 
 
-def _into(inbox: asyncio.Queue[Delivery]) -> Callable[[Delivery], Coroutine[Any, Any, None]]:
-    # Not an async def: the delivery is queued when its last frame is read, not when a task
-    # runs, so that after basic.cancel returns every delivery sent before it is in the inbox.
-    def on_delivery(delivery: Delivery) -> Coroutine[Any, Any, None]:
-        inbox.put_nowait(delivery)
-        return asyncio.sleep(0)
+class _Inbox:
+    """The reader's consumer: each delivery queued as its last frame is read.
 
-    return on_delivery
+    So that after ``basic.cancel`` returns, every delivery sent before it is in the inbox.
+    """
+
+    __slots__ = ("_inbox",)
+
+    def __init__(self, inbox: asyncio.Queue[Delivery]) -> None:
+        self._inbox = inbox
+
+    def deliver(self, delivery: Delivery) -> None:
+        """Queue the delivery."""
+        self._inbox.put_nowait(delivery)
+
+    def body_size(self, size: int) -> None:
+        """Ignore it: the reader holds a window of whole messages, whatever their sizes."""

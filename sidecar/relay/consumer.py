@@ -26,8 +26,7 @@ from sidecar.relay.ack_gate import AckGate
 from sidecar.settle import START_WINDOW, in_flight_window, next_window, refill
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Coroutine
-    from typing import Any
+    from collections.abc import Callable
 
     from sidecar.amqp import AckChannel, BodyStream, Consumer, RelayConnection
     from sidecar.clock import Clock
@@ -142,11 +141,12 @@ class RouteConsumer:
         queue: str,
         window: InFlightWindow,
         state: RouteState,
-        settle: Callable[[AckChannel, Delivery], Coroutine[Any, Any, None] | None],
+        settle: Callable[[AckChannel, Delivery], None],
         clock: Clock,
         max_body_bytes: int | None = None,
     ) -> None:
         self._channel = channel
+        self.body_size: Callable[[int], None] = window.note  # as the channel's DeliveryConsumer
         self._max_body_bytes = max_body_bytes  # a larger body passes through, never held
         self._route = route
         self._queue = queue
@@ -162,8 +162,6 @@ class RouteConsumer:
         # broker's consumer_timeout would take back (it checks the channel's oldest unacked).
         self._arrived: dict[int, float] = {}
         self._active_at = self._monotonic()  # the last delivery or ack (or the start)
-
-    # --- what the settler acks on ---
 
     @property
     def is_open(self) -> bool:
@@ -229,9 +227,8 @@ class RouteConsumer:
         """Start a consumer under ``tag``, with the window's byte limits."""
         await self._channel.consume(
             self._queue,
-            self._deliver,
+            self,
             consumer_tag=tag,
-            on_body_size=self._window.note,
             max_in_flight_bytes=self._window.budget_bytes,
             max_body_bytes=self._max_body_bytes,
         )
@@ -256,10 +253,11 @@ class RouteConsumer:
         """Return why, once the channel closes or the broker cancels the consumer."""
         return await self._channel.wait_closed()
 
-    def _deliver(self, delivery: Delivery) -> Coroutine[Any, Any, None] | None:
+    def deliver(self, delivery: Delivery) -> None:
+        """Take a delivery from the channel's frame handler: to the route's settler."""
         self._arrived[delivery.delivery_tag] = self._active_at = self._monotonic()
         self._gate.delivered(delivery.delivery_tag)
-        return self._settle(self, delivery)
+        self._settle(self, delivery)
 
     # --- changing the window ---
 

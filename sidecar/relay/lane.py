@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 from sidecar.amqp import ChannelLostError
 from sidecar.relay.connection_gate import ConnectionGate, answered
 from sidecar.relay.waits import first_of
+from sidecar.wire import PublishOutcome
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -99,13 +100,30 @@ class PublishLane:
         shared.users += 1
         return shared
 
-    def release_now(self, shared: Shared, *, answered: bool) -> None:
-        """Give back what ``shared_now`` took: the publish has its answer, or went unsent."""
-        self._gate.leave(lead=0, answered=answered)
+    def release_now(self, shared: Shared, result: PublishOutcome | BaseException | None) -> None:
+        """Give back what ``shared_now`` took: the publish has its ``result``, or went unsent.
+
+        A retired channel's last use closes it, in a task of the lane's.
+        """
+        if isinstance(result, PublishOutcome):
+            self.answered(shared.publisher, result)
+            self._gate.leave(lead=0, answered=True)
+        else:
+            self._gate.leave(lead=0, answered=result is not None and answered(result))
         if self._last_use(shared):
-            task = asyncio.get_running_loop().create_task(shared.publisher.close())
+            task = asyncio.get_running_loop().create_task(
+                shared.publisher.close(), name="publish-channel-close"
+            )
             self._closing.add(task)
             task.add_done_callback(self._closing.discard)
+
+    def answered(self, publisher: Publisher, published: PublishOutcome) -> None:
+        """Hear the broker's answer to a publish on the shared channel: a nack retires it.
+
+        The retry goes on a new channel (the module docstring says why).
+        """
+        if published is PublishOutcome.NACKED:
+            self.retire(publisher)
 
     async def _release(self, shared: Shared) -> None:
         if self._last_use(shared):

@@ -1,11 +1,12 @@
 """Publishing one delivery's plan: the I/O of it, no decision.
 
-``PlanPublisher`` does the publishing ``sidecar.relay.settler``'s settle loop asks for: the
-normalised copy on the target exchange, or the original on the quarantine exchange (without
-its headers when they cannot be written), on the route's shared publish channel or alone
-on a channel of its own (``sidecar.relay.lane``); and the reject (requeue=false) that
-dead-letters a delivery nothing takes. It returns the broker's raw outcome or raises; the
-settler reads either into an answer, and ``sidecar.settle.step`` decides what it means.
+``PlanPublisher`` does the publishing a delivery's steps ask for: the normalised copy on
+the target exchange (``publish_now`` from a frame handler, on the shared channel, or
+``publish`` from the delivery's task), or the original on the quarantine exchange (in
+the format ``sidecar.settle.quarantine_copy`` makes), on the route's shared publish
+channel or alone on a channel of its own (``sidecar.relay.lane``). It returns the
+broker's raw outcome or raises; the delivery's ``Settling`` reads either into an answer,
+and ``sidecar.settle.step`` decides what it means.
 """
 
 from __future__ import annotations
@@ -14,17 +15,17 @@ import logging
 from typing import TYPE_CHECKING, assert_never
 
 from sidecar.errors import ChannelLostError, WireError
-from sidecar.settle import Copy, Quarantine, quarantine_copy, reason_only, slow_confirm
-from sidecar.wire import PublishOutcome
+from sidecar.settle import Copy, Quarantine, quarantine_copy, reason_only
 
 if TYPE_CHECKING:
-    from sidecar.amqp import AckChannel, BodyStream, Publisher
+    from collections.abc import Callable
+
+    from sidecar.amqp import BodyStream, Publisher
     from sidecar.contract import PropertyValue
     from sidecar.relay.context import RouteContext
     from sidecar.relay.lane import PublishLane
-    from sidecar.relay.state import HeldDelivery
     from sidecar.settle import Plan
-    from sidecar.wire import Delivery, FieldValue
+    from sidecar.wire import Delivery, FieldValue, PublishOutcome
 
 __all__ = ["CONFIRM_TIMEOUT_S", "PlanPublisher"]
 
@@ -34,51 +35,69 @@ CONFIRM_TIMEOUT_S = 30.0  # after this a publish without a confirm is reported, 
 
 
 class PlanPublisher:
-    """Publishes one route's plans and dead-letters what nothing takes; see the module docstring."""
+    """Publishes one route's plans; see the module docstring."""
 
     def __init__(self, context: RouteContext) -> None:
         self.route = context.route
         self._quarantine_exchange = context.quarantine_exchange
         self._login = context.login
-        self._metrics = context.metrics
 
     async def publish(
         self,
         lane: PublishLane,
         delivery: Delivery,
         plan: Plan,
-        held: HeldDelivery,
         *,
         alone: bool,
+        on_slow: Callable[[], None],
         stream: BodyStream | None = None,
     ) -> PublishOutcome:
         """Publish the plan once and return the broker's settlement of it, or raise.
 
-        ``alone``: on a channel of its own rather than the shared one. ``stream``: the
-        delivery's body passing through (its delivery's ``body`` is empty). What the
-        outcome or the exception means is the settler's to read (``sidecar.settle.step``'s
-        to decide).
+        ``alone``: on a channel of its own rather than the shared one. ``on_slow``: called
+        once a confirm is slower than ``CONFIRM_TIMEOUT_S``. ``stream``: the delivery's
+        body passing through (its delivery's ``body`` is empty).
         """
         if alone:
             async with lane.alone(in_turn=stream is None) as publisher:
-                return await self._publish_plan(publisher, delivery, plan, held, stream)
+                return await self._publish_plan(publisher, delivery, plan, on_slow, stream)
         async with lane.shared() as publisher:
-            published = await self._publish_plan(publisher, delivery, plan, held, stream)
-            if published is PublishOutcome.NACKED:
-                lane.retire(publisher)  # the retry goes on a new channel (see PublishLane)
+            published = await self._publish_plan(publisher, delivery, plan, on_slow, stream)
+            lane.answered(publisher, published)
             return published
+
+    def publish_now(
+        self,
+        publisher: Publisher,
+        delivery: Delivery,
+        copy: Copy,
+        settled: Callable[[PublishOutcome | BaseException], None],
+    ) -> bool:
+        """Publish the copy on the shared channel now, from a frame handler; False: not sent.
+
+        As the client's ``Publisher.publish_now``: ``settled`` hears the broker's answer.
+        """
+        return publisher.publish_now(
+            delivery.body,
+            exchange=self.route.exchange,
+            routing_key=copy.routing_key,
+            properties=copy.properties,
+            headers=copy.headers,
+            settled=settled,
+            content_header=copy.content_header,
+        )
 
     async def _publish_plan(
         self,
         publisher: Publisher,
         delivery: Delivery,
         plan: Plan,
-        held: HeldDelivery,
+        on_slow: Callable[[], None],
         stream: BodyStream | None,
     ) -> PublishOutcome:
         match plan:
             case Quarantine(reason=reason):
-                return await self._publish_quarantine(publisher, delivery, reason, held, stream)
+                return await self._publish_quarantine(publisher, delivery, reason, on_slow, stream)
             case Copy():
                 return await self._publish(
                     publisher,
@@ -87,7 +106,7 @@ class PlanPublisher:
                     routing_key=plan.routing_key,
                     properties=plan.properties,
                     headers=plan.headers,
-                    held=held,
+                    on_slow=on_slow,
                     content_header=plan.content_header,
                 )
             case _:
@@ -98,7 +117,7 @@ class PlanPublisher:
         publisher: Publisher,
         delivery: Delivery,
         reason: str,
-        held: HeldDelivery,
+        on_slow: Callable[[], None],
         stream: BodyStream | None,
     ) -> PublishOutcome:
         """Publish the original to quarantine; without its headers if they cannot be written.
@@ -118,15 +137,14 @@ class PlanPublisher:
 
         async def publish(headers: dict[str, FieldValue]) -> PublishOutcome:
             if stream is not None:
-                exchange = self._quarantine_exchange
                 return await publisher.publish_through(
                     stream,
-                    exchange=exchange,
+                    exchange=self._quarantine_exchange,
                     routing_key=self.route.name,
                     properties=properties,
                     headers=headers,
                     slow_after_s=CONFIRM_TIMEOUT_S,
-                    on_slow=lambda: held.take(slow_confirm(exchange, limit_s=CONFIRM_TIMEOUT_S)),
+                    on_slow=on_slow,
                 )
             return await self._publish(
                 publisher,
@@ -135,7 +153,7 @@ class PlanPublisher:
                 routing_key=self.route.name,
                 properties=properties,
                 headers=headers,
-                held=held,
+                on_slow=on_slow,
             )
 
         try:
@@ -161,10 +179,10 @@ class PlanPublisher:
         routing_key: str,
         properties: dict[str, PropertyValue],
         headers: dict[str, FieldValue],
-        held: HeldDelivery,
+        on_slow: Callable[[], None],
         content_header: bytes | None = None,
     ) -> PublishOutcome:
-        """Publish a copy of the delivery's body; a confirm slower than the limit holds it."""
+        """Publish a copy of the delivery's body; ``on_slow`` once its confirm is late."""
         return await publisher.publish(
             delivery.body,
             exchange=exchange,
@@ -172,48 +190,6 @@ class PlanPublisher:
             properties=properties,
             headers=headers,
             slow_after_s=CONFIRM_TIMEOUT_S,
-            on_slow=lambda: held.take(slow_confirm(exchange, limit_s=CONFIRM_TIMEOUT_S)),
+            on_slow=on_slow,
             content_header=content_header,
         )
-
-    async def dead_letter(self, consumer: AckChannel, delivery: Delivery, reason: str) -> None:
-        """Reject a delivery nothing takes (requeue=false): the broker dead-letters it.
-
-        Logged at error with the reason and counted, never silent. A channel already gone
-        rejects nothing: the broker then redelivers the delivery.
-        """
-        route = self.route.name
-        extra = {
-            "route": route,
-            "message_id": delivery.properties.get("message_id"),
-            "queue": self.route.queue,
-        }
-        if await consumer.reject(delivery.delivery_tag, requeue=False):
-            self._metrics.count_dead_lettered(route)
-            log.error(
-                "route %s rejected a message to the dead-letter exchange of queue %s"
-                " (dropped by the broker if it has none): %s",
-                route,
-                self.route.queue,
-                reason,
-                extra=extra,
-            )
-
-    async def requeue(self, consumer: AckChannel, delivery: Delivery, reason: str) -> None:
-        """Give a delivery back to its queue (reject, requeue=true), logged with the reason.
-
-        A channel already gone rejects nothing: the broker then redelivers it anyway.
-        """
-        route = self.route.name
-        if await consumer.reject(delivery.delivery_tag, requeue=True):
-            log.warning(
-                "route %s gave a message back to queue %s: %s",
-                route,
-                self.route.queue,
-                reason,
-                extra={
-                    "route": route,
-                    "message_id": delivery.properties.get("message_id"),
-                    "queue": self.route.queue,
-                },
-            )

@@ -19,7 +19,6 @@ its rate-limited log lines (``RouteLog``).
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 from typing import TYPE_CHECKING
 
@@ -29,15 +28,19 @@ from sidecar.relay.consumer import InFlightWindow, RouteConsumer
 from sidecar.relay.lane import PublishLane
 from sidecar.relay.settler import Settler
 from sidecar.relay.state import RouteState
+from sidecar.relay.tasks import RouteTasks
 from sidecar.relay.waits import first_of, sleep_unless
 from sidecar.settle import (
-    QUARANTINE_SHARE,
     Backoff,
     consumer_timeout_after,
+    quarantine_deadline_s,
     read_permission_named,
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Coroutine
+    from typing import Any
+
     from sidecar.amqp import Consumer, RelayConnection
     from sidecar.relay.context import RouteContext
 
@@ -65,7 +68,11 @@ class RouteWorker:
         self.state = RouteState(
             route.name, metrics=context.metrics, log=self._log, clock=context.clock
         )
-        self._settler = Settler(context, state=self.state, log=self._log, stop=self._stop)
+        # Every delivery's task, named and kept: a drain waits for them (``_drain``).
+        self._tasks = RouteTasks(route.name)
+        self._settler = Settler(
+            context, state=self.state, log=self._log, stop=self._stop, tasks=self._tasks
+        )
         self._window = InFlightWindow(
             prefetch=route.prefetch,
             budget_bytes=route.limits.max_in_flight_bytes,
@@ -105,7 +112,9 @@ class RouteWorker:
         self._publishing: RelayConnection = publishing or connection
         while not self._stop.is_set() and connection.is_open:
             try:
-                opened = await self._open_unless_stopped(connection)
+                opened = await _open_unless_stopped(
+                    self._open(connection), self._stop, self.route.name
+                )
                 if opened is None:
                     break
             except (MissingEntityError, ChannelLostError) as e:
@@ -135,36 +144,10 @@ class RouteWorker:
                 state.channel_closed(reason)
                 await _close_both(consumer, lane)
             await sleep_unless(self._stop, self._backoff.next_delay())
+        # What is left has no channel to ack on: the broker has it back.
+        await self._tasks.cancel()
         state.stopped()
         self._log.stopped()
-
-    async def _open_unless_stopped(
-        self, connection: RelayConnection
-    ) -> tuple[RouteConsumer, PublishLane] | None:
-        """Open the route's channels, or give up when a stop comes first.
-
-        A broker under an alarm may never answer the opening handshake; SIGTERM must not
-        wait for it.
-        """
-        opening = asyncio.create_task(self._open(connection), name=f"open:{self.route.name}")
-        stopping = asyncio.create_task(self._stop.wait(), name=f"stop:{self.route.name}")
-        try:
-            await asyncio.wait((opening, stopping), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stopping.cancel()
-        if opening.done():
-            opened = opening.result()
-            if not self._stop.is_set():
-                return opened
-            await _close_both(*opened)
-            return None
-        opening.cancel()
-        await asyncio.wait((opening,))
-        if not opening.cancelled() and opening.exception() is None:
-            # Opened although cancelled (a cancellation lost in the library, or the open
-            # finishing as it came): it must not go on consuming with a replaced config.
-            await _close_both(*opening.result())
-        return None
 
     async def _open(self, connection: RelayConnection) -> tuple[RouteConsumer, PublishLane]:
         route = self.route
@@ -244,11 +227,44 @@ class RouteWorker:
         is_blocked = connection.blocked_reason is not None
         if is_blocked and not self._replaced:
             await self.state.settle_in_flight(grace_s)
+            await self._tasks.wait(deadline - loop.time())
             return
         # Blocked, the broker reads no ack: no credit, nothing more comes to fill the window.
         await consumer.cancel(fill_s=0.0 if is_blocked else min(DRAIN_FILL_MAX_S, grace_s))
         await self.state.settle_in_flight(deadline - loop.time())
+        await self._tasks.wait(deadline - loop.time())
         await _close_both(consumer, lane)
+
+
+async def _open_unless_stopped(
+    opening_work: Coroutine[Any, Any, tuple[RouteConsumer, PublishLane]],
+    stop: asyncio.Event,
+    route: str,
+) -> tuple[RouteConsumer, PublishLane] | None:
+    """Open the route's channels, or give up when a stop comes first.
+
+    A broker under an alarm may never answer the opening handshake; SIGTERM must not
+    wait for it.
+    """
+    opening = asyncio.create_task(opening_work, name=f"open:{route}")
+    stopping = asyncio.create_task(stop.wait(), name=f"stop:{route}")
+    try:
+        await asyncio.wait((opening, stopping), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    if opening.done():
+        opened = opening.result()
+        if not stop.is_set():
+            return opened
+        await _close_both(*opened)
+        return None
+    opening.cancel()
+    await asyncio.wait((opening,))
+    if not opening.cancelled() and opening.exception() is None:
+        # Opened although cancelled (a cancellation lost in the library, or the open
+        # finishing as it came): it must not go on consuming with a replaced config.
+        await _close_both(*opening.result())
+    return None
 
 
 async def _close_both(consumer: RouteConsumer, lane: PublishLane) -> None:
@@ -260,9 +276,8 @@ def _learn_consumer_timeout(
     settler: Settler, route_log: RouteLog, reason: str, *, held_s: float | None
 ) -> None:
     """Hold deliveries within the broker's consumer_timeout once it took one back."""
-    limits = settler.limits
-    timeout_s = consumer_timeout_after(reason, held_s=held_s, limits=limits)
+    timeout_s = consumer_timeout_after(reason, held_s=held_s, limits=settler.rules.limits)
     if timeout_s is not None:
-        settler.limits = dataclasses.replace(limits, consumer_timeout_s=timeout_s)
-        hold_s = min(limits.nack_max_s, timeout_s * QUARANTINE_SHARE)
+        settler.learned_consumer_timeout(timeout_s)
+        hold_s = quarantine_deadline_s(settler.rules.limits)
         route_log.took_back(held_s=held_s, timeout_s=timeout_s, hold_s=hold_s)

@@ -24,6 +24,7 @@ from sidecar.settle.holds import (
     consumer_timeout_after,
     delivery_limit_reached,
     nack_is_free,
+    quarantine_deadline_s,
     read_permission_named,
     slow_confirm,
 )
@@ -36,6 +37,7 @@ from sidecar.settle.publish_gate import (
     admit,
     probe_again,
 )
+from sidecar.settle.rules import Rules
 from sidecar.settle.settlement import (
     DEFAULT_DELIVERY_LIMIT,
     DELIVERY_COUNT,
@@ -116,6 +118,7 @@ __all__ = [
     "Refused",
     "Requeue",
     "RetriedCopy",
+    "Rules",
     "Step",
     "Target",
     "Unwritable",
@@ -136,6 +139,7 @@ __all__ = [
     "original_headers",
     "probe_again",
     "quarantine_copy",
+    "quarantine_deadline_s",
     "read_permission_named",
     "reason_kind",
     "reason_only",

@@ -116,6 +116,14 @@ def after_refusal(
             assert_never(plan)
 
 
+def quarantine_deadline_s(limits: HoldLimits) -> float:
+    """Return how long a held copy may wait before it goes to quarantine instead.
+
+    The route map's ``nack_max_s``, and never past half the broker's consumer_timeout.
+    """
+    return min(limits.nack_max_s, limits.consumer_timeout_s * QUARANTINE_SHARE)
+
+
 def after_hold(
     hold: Hold, plan: Plan, *, attempts: int, held_s: float, delay_s: float, limits: HoldLimits
 ) -> Wait | Quarantine | DeadLetter:
@@ -131,7 +139,7 @@ def after_hold(
     timeout_s = limits.consumer_timeout_s
     match plan:
         case Copy():
-            deadline_s = min(limits.nack_max_s, timeout_s * QUARANTINE_SHARE)
+            deadline_s = quarantine_deadline_s(limits)
             if attempts >= limits.nack_max_attempts or held_s >= deadline_s - DEADLINE_SLACK_S:
                 return Quarantine(
                     f"{bounded(hold.reason)} ({attempts} attempts over {held_s:.1f}s; given up"

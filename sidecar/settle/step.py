@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 
     from sidecar.contract import Verdict
     from sidecar.settle.holds import HoldLimits
+    from sidecar.settle.rules import Rules
     from sidecar.settle.settlement import Decision, Plan, Target
     from sidecar.wire import Delivery
 
@@ -276,20 +277,19 @@ def begin(delivery: Delivery, target: Target, *, now_ms: int, new_id: Callable[[
 def after(
     attempt: Attempt,
     answer: Answer,
+    rules: Rules,
     *,
     held_s: float,
-    delay_s: float,
-    limits: HoldLimits,
-    exchange: str,
-    quarantine_exchange: str,
-    route: str,
+    backoff_step: int | None = None,
 ) -> Step:
     """Read the broker's ``answer`` to the publish of ``attempt``'s plan into the next step.
 
-    ``held_s``: since the delivery arrived; ``delay_s``: the backoff's next delay, used
-    when the answer holds the delivery; ``exchange``, ``quarantine_exchange`` and
-    ``route`` name where the copies went, for the reasons.
+    ``held_s``: since the delivery arrived. ``rules``: the route's, whose backoff is drawn
+    once for any answer but a confirm, at ``backoff_step`` (the attempt's holds unless
+    given: a body passed through counts its rounds across redeliveries).
     """
+    delay_s = _delay_s(answer, rules, attempt.holds if backoff_step is None else backoff_step)
+    limits, exchange = rules.limits, rules.exchange
     plan = attempt.plan
     decision: Decision
     match answer:
@@ -298,11 +298,11 @@ def after(
                 answer.published,
                 plan,
                 exchange=exchange,
-                quarantine_exchange=quarantine_exchange,
-                route=route,
+                quarantine_exchange=rules.quarantine_exchange,
+                route=rules.route,
             )
         case Refused(code=code, text=text):
-            where = quarantine_exchange if isinstance(plan, Quarantine) else exchange
+            where = rules.quarantine_exchange if isinstance(plan, Quarantine) else exchange
             decision = after_refusal(code, text, plan, alone=attempt.alone, exchange=where)
         case Lost(gone=True, error=error):
             return Step(_LET_GO, attempt, (Left(error),))
@@ -328,6 +328,11 @@ def after(
         case _:
             assert_never(answer)
     return _decided(decision, attempt, held_s=held_s, delay_s=delay_s, limits=limits)
+
+
+def _delay_s(answer: Answer, rules: Rules, backoff_step: int) -> float:
+    """Return the backoff's next delay, drawn for any answer that may hold the delivery."""
+    return 0.0 if isinstance(answer, Confirmed) else rules.backoff(backoff_step)
 
 
 PASSED_AGAIN = (

@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sidecar.amqp import ChannelClosedError, ChannelLostError
-from tests.fakes.consuming import Callback, Consuming, Subscription
+from tests.fakes.consuming import Consuming, Subscription
 from tests.fakes.publish import Answer, Publish, PublishRecorder
 
 if TYPE_CHECKING:
+    from sidecar.amqp import DeliveryConsumer
     from tests.fakes.broker import FakeBroker
 
 
@@ -69,10 +70,9 @@ class FakeChannel(Consuming, PublishRecorder):
     async def consume(
         self,
         queue: str,
-        callback: Callback,
+        consumer: DeliveryConsumer,
         *,
         consumer_tag: str,
-        on_body_size: Callable[[int], None] | None = None,
         max_in_flight_bytes: int | None = None,
         max_body_bytes: int | None = None,
     ) -> None:
@@ -90,7 +90,7 @@ class FakeChannel(Consuming, PublishRecorder):
             self.broker.consuming.append(self)
             self.broker.calls.append(self.calls[0])
         self.record("consume", consumer_tag)
-        self.consumers[consumer_tag] = Subscription(self.next_prefetch, callback, on_body_size)
+        self.consumers[consumer_tag] = Subscription(self.next_prefetch, consumer)
         asyncio.get_running_loop().call_soon(self.broker.dispatch)
         await self.broker.gate("consume")
 

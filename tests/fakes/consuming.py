@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -20,10 +19,9 @@ from sidecar.wire import Delivery, Int32, Int64
 if TYPE_CHECKING:
     import itertools
 
+    from sidecar.amqp import DeliveryConsumer
     from tests.fakes.broker import FakeBroker
 
-Callback = Callable[[Delivery], Coroutine[Any, Any, None] | None]
-TASKS: set[asyncio.Task[None]] = set()
 CANONICAL: dict[str, Any] = {
     "x-acemq-type": "order.placed",
     "x-acemq-version": Int32(1),
@@ -51,8 +49,7 @@ class Subscription:
     """One ``basic.consume`` on a fake channel."""
 
     prefetch: int
-    callback: Callback
-    on_body_size: Callable[[int], None] | None
+    consumer: DeliveryConsumer
 
 
 class Consuming:
@@ -79,14 +76,9 @@ class Consuming:
             delivery_tag, size, consumer = self.unread.popleft()
             self.read_bytes += size
             self.broker.peak_read_bytes = max(self.broker.peak_read_bytes, self.read_bytes)
-            if consumer.on_body_size is not None:
-                consumer.on_body_size(size)
+            consumer.consumer.body_size(size)
             message = next(self.broker.ids)
-            work = consumer.callback(delivery(delivery_tag, message, size))
-            if work is not None:  # as the client does: a coroutine runs as a task
-                task = asyncio.get_running_loop().create_task(work)
-                TASKS.add(task)
-                task.add_done_callback(TASKS.discard)
+            consumer.consumer.deliver(delivery(delivery_tag, message, size))
 
     def dispatch(self) -> None:
         """Send to each consumer while it has credit: its prefetch less what it holds."""

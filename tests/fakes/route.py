@@ -80,8 +80,7 @@ def orders_route(
 async def settle_one(settler: Settler, state: RouteState, consumer: Any, delivery: Any) -> None:
     """Hand the settler one delivery; return once the route has nothing in flight.
 
-    The fast pass settles from callbacks, the rest from a task: this waits for either.
+    Settled from the frame handler or in a task of the route's: this waits for either.
     """
-    if (work := settler.offer(consumer, delivery)) is not None:
-        await work
+    settler.offer(consumer, delivery)
     await state.idle.wait()

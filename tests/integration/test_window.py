@@ -20,9 +20,8 @@ from typing import Any
 import pytest
 
 from sidecar.amqp import Channel, Connection, Delivery, connect
-from sidecar.relay import settler
-from sidecar.relay.fast_pass import FastPass
-from sidecar.relay.settler import Settler
+from sidecar.relay import settle_task, settler
+from sidecar.relay.settling import Settling
 from sidecar.relay.sink import RouteSink
 from sidecar.relay.state import HeldDelivery
 from sidecar.wire import BrokerAddress
@@ -97,16 +96,14 @@ async def test_a_re_consume_leaves_the_old_consumers_deliveries_to_be_acked(
         got: asyncio.Queue[Delivery] = asyncio.Queue()
         sizes: list[int] = []
 
-        async def collect(delivery: Delivery) -> None:
-            await got.put(delivery)
-
-        await channel.consume(staging.queue, collect, consumer_tag="w.1", on_body_size=sizes.append)
+        collect = Collecting(got, sizes)
+        await channel.consume(staging.queue, collect, consumer_tag="w.1")
         first = await take(got, 4)
         await quiet(got, 0.3)  # its window is full
         await channel.qos(8)
         await quiet(got, 0.3)  # a per-consumer qos does not reach a running consumer
         assert await channel.cancel("w.1")
-        await channel.consume(staging.queue, collect, consumer_tag="w.2", on_body_size=sizes.append)
+        await channel.consume(staging.queue, collect, consumer_tag="w.2")
         second = await take(got, 8)
         counts = await connection.declare_passive(staging.queue)
         # A quorum queue keeps the cancelled consumer, delivering nothing to it, until
@@ -144,6 +141,22 @@ class InFlight:
     tail_peak_bytes: int = 0
 
 
+@dataclass
+class Collecting:
+    """A consumer that queues each delivery and notes each body size."""
+
+    got: asyncio.Queue[Delivery]
+    sizes: list[int]
+
+    def deliver(self, delivery: Delivery) -> None:
+        """Queue it."""
+        self.got.put_nowait(delivery)
+
+    def body_size(self, size: int) -> None:
+        """Note it."""
+        self.sizes.append(size)
+
+
 @contextlib.contextmanager
 def counting_in_flight(
     monkeypatch: pytest.MonkeyPatch, *, large_bytes: int, slow_s: float = 0.0
@@ -155,11 +168,11 @@ def counting_in_flight(
     the window is what bounds it).
     """
     seen = InFlight()
-    begin, finished, carry_out = RouteSink.begin, RouteSink.finished, Settler._carry_out
+    begin, finished, carry_out = RouteSink.begin, RouteSink.finished, settle_task._carry_out
 
-    async def slowed(self: Settler, *args: Any, **kwargs: Any) -> Any:
+    async def slowed(*args: Any, **kwargs: Any) -> Any:
         await asyncio.sleep(slow_s)
-        return await carry_out(self, *args, **kwargs)
+        return await carry_out(*args, **kwargs)
 
     def counted(self: RouteSink, delivery: Delivery) -> HeldDelivery:
         size = len(delivery.body)
@@ -182,9 +195,9 @@ def counting_in_flight(
 
     monkeypatch.setattr(RouteSink, "begin", counted)
     monkeypatch.setattr(RouteSink, "finished", uncounted)
-    if slow_s:  # every delivery through the settler's task, which waits before publishing
-        monkeypatch.setattr(FastPass, "publish", lambda *_args, **_kwargs: False)
-        monkeypatch.setattr(Settler, "_carry_out", slowed)
+    if slow_s:  # every delivery through a settle task, which waits before publishing
+        monkeypatch.setattr(Settling, "publish_now", lambda *_args, **_kwargs: False)
+        monkeypatch.setattr(settle_task, "_carry_out", slowed)
     yield seen
 
 

@@ -1,4 +1,8 @@
-"""Fakes for the client's unit tests: a link that records writes, a transport, frame helpers."""
+"""Fakes for the client's unit tests: a link that records writes, a transport, frame helpers.
+
+Also two consumers a channel hands its deliveries to (``DeliveryConsumer``): one that keeps
+them, one that runs an async handler for each in a task of its own.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +19,50 @@ from sidecar.amqp import Channel
 from sidecar.wire import HEADER, parse_confirm
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Coroutine
+
+    from sidecar.wire import Delivery
+
+
+class Collected:
+    """A consumer that keeps what the channel hands it, in the order it came."""
+
+    def __init__(self) -> None:
+        self.got: list[Delivery] = []
+        self.sizes: list[int] = []
+
+    def deliver(self, delivery: Delivery) -> None:
+        """Keep the delivery."""
+        self.got.append(delivery)
+
+    def body_size(self, size: int) -> None:
+        """Keep the body size."""
+        self.sizes.append(size)
+
+
+class InTasks:
+    """A consumer that runs ``handle`` for each delivery in a task it keeps till it ends.
+
+    The client starts no task: a consumer with async work starts its own, as this one
+    does. A test may swap ``handle`` for another. Body sizes are kept in ``sizes``.
+    """
+
+    def __init__(self, handle: Callable[[Delivery], Coroutine[Any, Any, None]]) -> None:
+        self.handle = handle
+        self.sizes: list[int] = []
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def deliver(self, delivery: Delivery) -> None:
+        """Start ``handle`` on the delivery, in a task of its own."""
+        task = asyncio.get_running_loop().create_task(
+            self.handle(delivery), name=f"delivery-{delivery.delivery_tag}"
+        )
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    def body_size(self, size: int) -> None:
+        """Keep the body size."""
+        self.sizes.append(size)
 
 
 class FakeLink:

@@ -40,19 +40,23 @@ def deliveries(sizes: list[int], *, first_tag: int = 1) -> bytes:
 
 
 class Rig:
-    """A link, its fake transport, one consuming channel, and what it handed over."""
+    """A link, its fake transport, one consuming channel, and what it handed over.
+
+    The rig is the channel's consumer (``DeliveryConsumer``): it keeps each delivery and
+    notes each body size.
+    """
 
     def __init__(self, link: Link, transport: FakeTransport, channel: Channel) -> None:
         self.link, self.transport, self.channel = link, transport, channel
         self.delivered: list[Delivery] = []
         self.counted: list[tuple[int, int]] = []  # (body size, bytes held once counted)
 
-    async def deliver(self, delivery: Delivery) -> None:
-        """The consumer's callback: keep it."""
+    def deliver(self, delivery: Delivery) -> None:
+        """Keep the delivery handed over."""
         self.delivered.append(delivery)
 
-    def note(self, size: int) -> None:
-        """The body size callback: what the channel holds once it counted this one."""
+    def body_size(self, size: int) -> None:
+        """Note the size with what the channel holds once it counted this one."""
         self.counted.append((size, self.channel._inbound.held_bytes))
 
 
@@ -71,9 +75,8 @@ async def consuming(budget: int | None) -> Rig:
     consume = asyncio.create_task(
         channel.consume(
             "staging",
-            rig.deliver,
+            rig,
             consumer_tag="c",
-            on_body_size=rig.note,
             max_in_flight_bytes=budget,
         )
     )
@@ -118,6 +121,7 @@ def test_bytes_in_flight_never_exceed_the_budget_plus_one_message(
                     acked += 1
                 await turns()
         assert [d.delivery_tag for d in rig.delivered] == list(range(1, len(sizes) + 1))
+        assert [size for size, _ in rig.counted] == sizes  # each told, in order
         for size, held in rig.counted:
             assert held - size < budget, "a delivery was read while its budget was full"
         assert rig.transport.reading

@@ -14,7 +14,14 @@ from sidecar.amqp import Channel, ChannelLostError, Delivery, PublishOutcome, co
 from sidecar.amqp import channel as channel_module
 from sidecar.amqp.link import WRITE_BATCH_BYTES, Link
 from sidecar.wire import HEARTBEAT
-from tests.unit.amqp_fakes import FakeLink, FakeTransport, control, opened, payload_of
+from tests.unit.amqp_fakes import (
+    Collected,
+    FakeLink,
+    FakeTransport,
+    control,
+    opened,
+    payload_of,
+)
 
 install_codec()
 
@@ -31,16 +38,12 @@ def deliver(channel: Channel, tag: int, body: bytes = b"x") -> None:
 
 async def consuming(link: FakeLink) -> tuple[Channel, list[Delivery]]:
     channel = await opened(link)
-    got: list[Delivery] = []
-
-    async def collect(delivery: Delivery) -> None:
-        got.append(delivery)
-
-    consume = asyncio.create_task(channel.consume("staging", collect, consumer_tag="c"))
+    consumer = Collected()
+    consume = asyncio.create_task(channel.consume("staging", consumer, consumer_tag="c"))
     await asyncio.sleep(0)
     control(channel, spec.Basic.ConsumeOk(consumer_tag="c"))
     await consume
-    return channel, got
+    return channel, consumer.got
 
 
 async def test_acks_in_one_turn_leave_as_one_multiple_ack_and_stragglers_singly() -> None:
@@ -201,15 +204,9 @@ async def test_the_body_size_is_told_at_the_content_header_before_the_body() -> 
     """The relay sizes its window from it: a 5 MiB body takes 40 frames to arrive."""
     link = FakeLink()
     channel = await opened(link)
-    sizes: list[int] = []
-    got: list[Delivery] = []
-
-    async def collect(delivery: Delivery) -> None:
-        got.append(delivery)
-
-    consume = asyncio.create_task(
-        channel.consume("staging", collect, consumer_tag="c", on_body_size=sizes.append)
-    )
+    consumer = Collected()
+    sizes, got = consumer.sizes, consumer.got
+    consume = asyncio.create_task(channel.consume("staging", consumer, consumer_tag="c"))
     await asyncio.sleep(0)
     control(channel, spec.Basic.ConsumeOk(consumer_tag="c"))
     await consume
@@ -217,7 +214,7 @@ async def test_the_body_size_is_told_at_the_content_header_before_the_body() -> 
     channel.on_method(60 << 16 | 60, payload_of(method))
     header = pamqp_header.ContentHeader(0, 10, spec.Basic.Properties())
     channel.on_header(pamqp_frame.marshal(header, 1)[7:-1])
-    assert sizes == [10]
+    assert (sizes, got) == ([10], [])
     channel.on_body(memoryview(b"01234"))
     channel.on_body(memoryview(b"56789"))
     method = spec.Basic.Deliver(consumer_tag="c", delivery_tag=2, exchange="", routing_key="q")

@@ -26,7 +26,7 @@ from sidecar.amqp import Channel, install_codec, lifecycle
 from sidecar.amqp.link import Link
 from sidecar.errors import ChannelLostError
 from sidecar.wire import PublishOutcome, UnreadBody
-from tests.unit.amqp_fakes import FakeTransport
+from tests.unit.amqp_fakes import FakeTransport, InTasks
 
 if TYPE_CHECKING:
     from sidecar.amqp import BodyStream
@@ -81,14 +81,18 @@ async def link_with_channel(frame_max: int) -> tuple[Link, FakeTransport, Channe
 
 
 class Rig:
-    """A consuming link and a publishing link; each delivery over the limit is published."""
+    """A consuming link and a publishing link; each delivery over the limit is published.
+
+    Its consumer runs ``handle`` for each delivery in a task of its own; a test may swap
+    ``consumer.handle`` for another.
+    """
 
     def __init__(self) -> None:
         self.delivered: list[Delivery] = []
         self.outcomes: dict[int, PublishOutcome | BaseException] = {}
         self.passing: list[int] = []  # tags whose bodies passed through
         self.held_at_passing: list[int] = []  # the channel's bytes held as each came
-        self.sizes_counted: list[int] = []
+        self.consumer = InTasks(self.handle)  # its sizes: those told to the window
 
     async def start(self) -> None:
         """Open both links' channels and start consuming."""
@@ -99,9 +103,8 @@ class Rig:
         consume = asyncio.create_task(
             self.channel.consume(
                 "staging",
-                self.deliver,
+                self.consumer,
                 consumer_tag="c",
-                on_body_size=self.sizes_counted.append,
                 max_in_flight_bytes=None,
                 max_body_bytes=LIMIT,
             )
@@ -110,8 +113,8 @@ class Rig:
         self.link.data_received(pamqp_frame.marshal(spec.Basic.ConsumeOk("c"), 1))
         await consume
 
-    async def deliver(self, delivery: Delivery) -> None:
-        """The consumer's callback: ack a held body; publish one passing through, then ack."""
+    async def handle(self, delivery: Delivery) -> None:
+        """Ack a held body; publish one passing through, then ack."""
         self.delivered.append(delivery)
         tag = delivery.delivery_tag
         if delivery.unread_body is None:
@@ -225,7 +228,7 @@ def test_bodies_over_the_limit_pass_through_whole_and_none_is_held(
                 assert bytes(delivery.body) == body_of(delivery.delivery_tag, size)
         # A body passing through is not counted as held, nor told to the window: the
         # bodies held are acked as they come, so none is held as one passes.
-        assert sorted(rig.sizes_counted) == sorted(s for s in sizes if s <= LIMIT)
+        assert sorted(rig.consumer.sizes) == sorted(s for s in sizes if s <= LIMIT)
         assert all(held <= LIMIT for held in rig.held_at_passing), rig.held_at_passing
         assert rig.transport.reading
 
@@ -242,7 +245,7 @@ async def test_the_frames_wait_unread_until_a_publish_takes_the_stream() -> None
         assert stream is not None
         taken.append(stream)
 
-    rig.channel._inbound._callback = keep
+    rig.consumer.handle = keep
     rig.link.data_received(deliveries([12_000, 10]))
     await turns()
     assert len(taken) == 1
@@ -267,7 +270,7 @@ async def test_a_stream_settled_without_a_publish_is_read_and_dropped() -> None:
         delivered.append(delivery)
         assert await rig.channel.reject(delivery.delivery_tag, requeue=True)
 
-    rig.channel._inbound._callback = give_back
+    rig.consumer.handle = give_back
     rig.link.data_received(deliveries([30_000, 7]))
     await turns()
     assert [d.delivery_tag for d in delivered] == [1, 2]
@@ -343,7 +346,7 @@ async def test_a_stream_cut_off_before_a_publish_took_it_drops_the_rest(
     async def keep(delivery: Delivery) -> None:  # its publish waits (a gate, an alarm)
         del delivery
 
-    rig.channel._inbound._callback = keep
+    rig.consumer.handle = keep
     data = deliveries([200_000])
     rig.link.data_received(data[:-3000])
     await turns()

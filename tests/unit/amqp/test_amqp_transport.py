@@ -43,16 +43,27 @@ async def connected(url: str, **kw: Any) -> Connection:
         return await connect(BrokerAddress.parse(url), heartbeat_s=30, connect_timeout_s=5, **kw)
 
 
+class Queued:
+    """A consumer that queues each delivery for the test to await."""
+
+    def __init__(self) -> None:
+        self.got: asyncio.Queue[Delivery] = asyncio.Queue()
+
+    def deliver(self, delivery: Delivery) -> None:
+        """Queue the delivery."""
+        self.got.put_nowait(delivery)
+
+    def body_size(self, size: int) -> None:
+        """Not needed here."""
+        del size
+
+
 async def consuming(connection: Connection) -> tuple[Channel, asyncio.Queue[Delivery]]:
-    got: asyncio.Queue[Delivery] = asyncio.Queue()
-
-    async def collect(delivery: Delivery) -> None:
-        got.put_nowait(delivery)
-
+    consumer = Queued()
     async with asyncio.timeout(BOUND_S):
         channel = await connection.channel(prefetch=10)
-        await channel.consume("staging", collect, consumer_tag="c")
-    return channel, got
+        await channel.consume("staging", consumer, consumer_tag="c")
+    return channel, consumer.got
 
 
 def publishing(channel: Channel, body: bytes, headers: dict[str, Any]) -> asyncio.Task[Any]:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from sidecar.amqp import ChannelLostError
+from sidecar.amqp import ChannelLostError, DeliveryConsumer
 from sidecar.quarantine import reader as quarantine_reader
 from sidecar.quarantine.reader import QueueReader
 from sidecar.wire import Delivery
@@ -42,22 +42,23 @@ class FakeChannel:
     """A channel that hands the queue's first ``at_once`` messages to its consumer."""
 
     broker: FakeBroker
-    on_delivery: Callable[[Delivery], Coroutine[Any, Any, None]] | None = None
+    consumer: DeliveryConsumer | None = None
     is_open: bool = True
     held: list[int] = field(default_factory=list)
 
-    async def consume(self, _queue: str, on_delivery: Any, *, consumer_tag: str) -> None:
+    async def consume(self, _queue: str, consumer: DeliveryConsumer, *, consumer_tag: str) -> None:
         """Start the consumer: the first ``at_once`` messages come at once."""
         assert consumer_tag
-        self.on_delivery = on_delivery
+        self.consumer = consumer
         for tag in self.broker.take(self.broker.at_once):
             await self.deliver(tag)
 
     async def deliver(self, tag: int) -> None:
         """Hand one message to the consumer, held unacked."""
-        assert self.on_delivery is not None
+        assert self.consumer is not None
         self.held.append(tag)
-        await self.on_delivery(delivery(tag))
+        self.consumer.deliver(delivery(tag))
+        await asyncio.sleep(0)
 
     async def cancel(self, _tag: str) -> bool:
         """Cancel the consumer (nothing more comes)."""

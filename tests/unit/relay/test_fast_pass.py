@@ -1,21 +1,26 @@
-"""The fast pass against the fake broker: what it settles without a task, and what it hands on.
+"""A route's deliveries settled from the frame handler, and what goes on in a task instead.
 
-The route's shared publish channel is open and the connection's gate warm (a first copy
-went through the task path and was confirmed), as on a route that is relaying.
+Against the fake broker: the route's shared publish channel is open and the connection's
+gate warm (a first copy went through a task and was confirmed), as on a route that is
+relaying. What a test sees is public: the copies the broker got, the acks and closes of
+the consumer channel, the route's state and its tasks.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from sidecar.errors import ChannelClosedError, MissingEntityError
 from sidecar.relay.lane import PublishLane
 from sidecar.relay.settler import Settler
+from sidecar.settle import BUG_REASON
 from sidecar.wire import Delivery, PublishOutcome
 from tests.fakes import FakeBroker, FakeChannel, FakeConnection
-from tests.fakes.route import CANONICAL, orders_route, settle_one
+from tests.fakes.route import CANONICAL, QUARANTINE, orders_route, settle_one
 
 if TYPE_CHECKING:
     from sidecar.relay.state import RouteState
@@ -31,6 +36,22 @@ def delivery(tag: int) -> Delivery:
         headers=MappingProxyType({**CANONICAL, "x-acemq-id": f"m-{tag}"}),
         body=b"body",
     )
+
+
+@dataclass
+class HeldAcks(FakeChannel):
+    """A consumer channel whose acks a cancel holds back until ``opened`` is set."""
+
+    opened: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def try_ack(self, delivery_tag: int) -> bool | None:  # type: ignore[override]
+        """Ack now, unless acks are held back (None: nothing done)."""
+        return super().try_ack(delivery_tag) if self.opened.is_set() else None
+
+    async def ack(self, delivery_tag: int) -> bool:
+        """Ack once acks go again."""
+        await self.opened.wait()
+        return super().try_ack(delivery_tag)
 
 
 class Route:
@@ -51,69 +72,167 @@ class Route:
         await lane.open()
         self.settler.attach(self.connection, lane)
         await settle_one(self.settler, self.state, self.consumer, delivery(1))
+        assert await self.settler.tasks.wait(10)  # the first went in a task, which has ended
         assert self.consumer.acked == [1]
+
+    def offer(self, tag: int) -> None:
+        """Hand the settler delivery ``tag``, as the consumer does from its frame handler."""
+        self.settler.offer(self.consumer, delivery(tag))
 
     def sent_ids(self) -> list[str]:
         """The x-acemq-id of every copy published, in order."""
         return [headers["x-acemq-id"] for headers in self.broker.headers]
 
     async def settled(self) -> None:
-        """Wait until nothing is in flight."""
+        """Wait until nothing is in flight and no task is left."""
         async with asyncio.timeout(10):
             await self.state.idle.wait()
+        assert await self.settler.tasks.wait(10)
         assert self.state.in_flight == 0
 
 
 async def test_a_copy_is_published_and_acked_without_a_task() -> None:
     route = Route(FakeBroker())
     await route.start()
-    assert route.settler.offer(route.consumer, delivery(2)) is None
+    route.offer(2)
+    assert len(route.settler.tasks) == 0
     await route.settled()
     assert route.consumer.acked == [1, 2]
     assert route.broker.exchanges == ["orders", "orders"]
 
 
-async def test_a_nacked_copy_goes_on_as_a_task_and_is_published_again() -> None:
+async def test_a_nacked_copy_goes_on_in_a_task_and_is_published_again() -> None:
     broker = FakeBroker(answers=[PublishOutcome.CONFIRMED, PublishOutcome.NACKED])
     route = Route(broker)
     await route.start()
-    assert route.settler.offer(route.consumer, delivery(2)) is None
+    route.offer(2)
+    assert len(route.settler.tasks) == 0  # published from the handler; the nack comes later
     await route.settled()
     assert route.consumer.acked == [1, 2]
     assert broker.exchanges == ["orders", "orders", "orders"]  # the nacked one, again
 
 
-async def test_a_copy_does_not_overtake_one_still_on_the_task_path() -> None:
-    """X waits on the task path (the broker blocks); Y, after the unblock, joins it there.
+async def test_a_returned_copy_goes_to_quarantine_then_is_acked() -> None:
+    broker = FakeBroker(answers=[PublishOutcome.CONFIRMED, PublishOutcome.RETURNED])
+    route = Route(broker)
+    await route.start()
+    route.offer(2)
+    await route.settled()
+    assert broker.exchanges == ["orders", "orders", QUARANTINE]
+    assert route.consumer.acked == [1, 2]
+    assert "unroutable" in str(broker.headers[2]["x-acemq-error"])
 
-    Published from the frame handler, Y would go out before X's task could run; on the
-    task path both go through the connection's gate, which keeps them in turn.
+
+async def test_a_refused_copy_is_tried_alone_then_quarantined_with_the_brokers_words() -> None:
+    refused = ChannelClosedError(406, "PRECONDITION_FAILED - message size too large")
+    broker = FakeBroker(answers=[PublishOutcome.CONFIRMED, refused, refused])
+    route = Route(broker)
+    await route.start()
+    route.offer(2)
+    await route.settled()
+    # Shared: it may have been another publish's refusal; alone, it is this one's.
+    assert broker.exchanges == ["orders", "orders", "orders", QUARANTINE]
+    assert route.consumer.acked == [1, 2]
+    assert "406 PRECONDITION_FAILED" in str(broker.headers[3]["x-acemq-error"])
+
+
+async def test_a_missing_exchange_pauses_the_route_and_gives_the_delivery_back() -> None:
+    missing = MissingEntityError(kind="exchange", name="orders")
+    broker = FakeBroker(answers=[PublishOutcome.CONFIRMED, missing])
+    route = Route(broker)
+    await route.start()
+    route.offer(2)
+    await route.settled()
+    assert route.consumer.acked == [1]
+    assert not route.consumer.is_open  # closed: the broker redelivers it
+    assert 'exchange "orders" does not exist' in (route.state.pause_reason or "")
+
+
+async def test_a_bug_in_a_settle_gives_the_delivery_back_and_says_so() -> None:
+    class Broken(FakeChannel):
+        def try_ack(self, delivery_tag: int) -> bool:
+            """Fail on delivery 2, as a bug would."""
+            if delivery_tag == 2:
+                raise RuntimeError("a bug")
+            return super().try_ack(delivery_tag)
+
+    broker = FakeBroker()
+    route = Route(broker)
+    route.consumer = Broken(broker, 0)
+    await route.start()
+    route.offer(2)
+    await route.settled()
+    assert route.consumer.acked == [1]
+    assert not route.consumer.is_open
+    assert route.state.pause_reason == BUG_REASON
+
+
+async def test_an_ack_held_back_by_a_cancel_is_sent_once_acks_go_again() -> None:
+    broker = FakeBroker()
+    route = Route(broker)
+    consumer = route.consumer = HeldAcks(broker, 0)
+    consumer.opened.set()
+    await route.start()
+    consumer.opened.clear()  # a cancel is on its way: acks wait for it
+    route.offer(2)
+    await asyncio.sleep(0.05)
+    assert consumer.acked == [1]
+    assert len(route.settler.tasks) == 1  # confirmed; its ack waits in a task
+    consumer.opened.set()
+    await route.settled()
+    assert consumer.acked == [1, 2]
+    assert broker.exchanges == ["orders", "orders"]  # published once
+
+
+async def test_a_copy_does_not_overtake_one_still_in_a_task() -> None:
+    """X waits in a task (the broker blocks); Y, after the unblock, goes to a task behind it.
+
+    Published from the frame handler, Y would go out before X's task could run; in a task
+    both go through the unblock line and the connection's gate, which keep them in turn.
     """
     route = Route(FakeBroker())
     await route.start()
     route.connection.block("low on memory")
-    first: Any = route.settler.offer(route.consumer, delivery(2))
-    assert first is not None  # blocked: the task path waits for the unblock
-    task = asyncio.create_task(first)
+    route.offer(2)
+    assert len(route.settler.tasks) == 1  # blocked: it waits for the unblock
     await asyncio.sleep(0)
     route.connection.unblock()
-    second: Any = route.settler.offer(route.consumer, delivery(3))
-    assert second is not None, "a later copy took the fast pass past one still waiting"
-    await asyncio.gather(task, second)
+    route.offer(3)
+    assert len(route.settler.tasks) == 2, "a later copy went past one still waiting"
     await route.settled()
-    assert sorted(route.sent_ids()) == ["m-1", "m-2", "m-3"]
-    assert route.settler.offer(route.consumer, delivery(4)) is None  # the fast pass again
+    assert route.sent_ids() == ["m-1", "m-2", "m-3"]
+    route.offer(4)
+    assert len(route.settler.tasks) == 0  # from the frame handler again
     await route.settled()
+
+
+async def test_a_copy_does_not_overtake_one_a_paused_channel_sent_to_a_task() -> None:
+    """X meets the shared channel paused by the broker's channel.flow and goes to a task.
+
+    The flow resumes before X's task runs; Y, arriving then, could go out at once from the
+    frame handler, ahead of X: it goes to a task behind X instead.
+    """
+    broker = FakeBroker()
+    route = Route(broker)
+    await route.start()
+    shared = broker.channels[-1]  # the route's shared publish channel
+    shared.is_flowing = False
+    route.offer(2)
+    shared.is_flowing = True
+    route.offer(3)
+    assert len(route.settler.tasks) == 2, "a later copy went past one still in a task"
+    await route.settled()
+    assert route.sent_ids() == ["m-1", "m-2", "m-3"]
 
 
 async def test_a_confirm_slower_than_the_limit_holds_the_delivery_until_it_comes() -> None:
     broker = FakeBroker()
     route = Route(broker)
     await route.start()
-    fast = route.settler._fast
-    fast.limit_s, fast._sweep_s = 0.05, 0.01
+    confirms = route.settler.confirms
+    confirms.limit_s, confirms.sweep_s = 0.05, 0.01
     broker.confirm_after_s = 0.3
-    assert route.settler.offer(route.consumer, delivery(2)) is None
+    route.offer(2)
     await asyncio.sleep(0.15)
     assert route.state.held == 1
     assert "no confirm" in (route.state.pause_reason or "")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from sidecar.relay.rounds import FIRST_ROUND, KEEP, PassingRounds
+from sidecar.relay.passing_rounds import FIRST_ROUND, KEEP, PassingRounds
 from sidecar.wire import Delivery, UnreadBody
 
 

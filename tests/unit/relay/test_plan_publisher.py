@@ -1,6 +1,6 @@
 """Publishing one plan and reading the answer, without a broker: the branches a loop hides.
 
-The plan publisher and the settler's reading of its result (``publish_answer``) are driven
+The plan publisher and a delivery's reading of its result (``settle_task.publish_once``) are driven
 directly with a scripted publish channel, so the cases the settle loop rarely reaches (a
 shared channel lost under the publish, the last fallback of a quarantine copy, a reject on
 a channel already gone) each get a test of their own; what the settle step makes of the
@@ -21,9 +21,10 @@ from sidecar.amqp import ChannelLostError
 from sidecar.errors import WireError
 from sidecar.relay.lane import PublishLane
 from sidecar.relay.publisher import PlanPublisher
-from sidecar.relay.settler import publish_answer
+from sidecar.relay.settle_task import publish_once
+from sidecar.relay.settler import Settler
+from sidecar.relay.settling import Settling
 from sidecar.relay.state import HeldDelivery, RouteState
-from sidecar.relay.unblock_line import UnblockLine
 from sidecar.settle.answers import (
     Answer,
     Failed,
@@ -31,6 +32,7 @@ from sidecar.settle.answers import (
     Unwritable,
 )
 from sidecar.settle.holds import HoldLimits
+from sidecar.settle.rules import Rules
 from sidecar.settle.settlement import DeadLetter, Plan, Quarantine, reason_only
 from sidecar.settle.step import (
     LOST_CHANNEL,
@@ -52,9 +54,10 @@ from tests.fakes.route import QUARANTINE, orders_route
 
 @dataclass
 class Rig:
-    """A plan publisher for route orders, its lane, its state and its metrics."""
+    """A plan publisher for route orders, its settler, lane, state and metrics."""
 
     publisher: PlanPublisher
+    settler: Settler
     broker: FakeBroker
     connection: FakeConnection
     lane: PublishLane
@@ -64,18 +67,14 @@ class Rig:
     stop: asyncio.Event
 
     async def answer(self, plan: Plan, *, alone: bool = False) -> Answer:
-        """Publish ``plan`` once for the delivery below; the settler's reading of the result."""
-        return await publish_answer(
-            self.publisher,
-            self.lane,
-            delivery(),
-            Publish(plan, alone=alone),
-            self.held,
-            consumer=self.broker.consumer(),
-            stop=self.stop,
-            connection=self.connection,
-            line=UnblockLine(),
+        """Publish ``plan`` once for the delivery below; the delivery's reading of the result."""
+        settling = Settling(
+            self.settler, self.broker.consumer(), delivery(), self.held, started=0.0, trace=None
         )
+        publish = Publish(plan, alone=alone)
+        settling.step = Step(publish, Attempt(plan=plan, alone=alone))
+        answer, _ticket = await publish_once(settling, publish, None)
+        return answer
 
 
 LIMITS = HoldLimits(consumer_timeout_s=1800.0, nack_max_attempts=10, nack_max_s=300.0)
@@ -83,16 +82,14 @@ LIMITS = HoldLimits(consumer_timeout_s=1800.0, nack_max_attempts=10, nack_max_s=
 
 def step_after(plan: Plan, answer: Answer) -> Step:
     """What the settle step makes of ``answer`` to a first publish of ``plan``."""
-    return after(
-        Attempt(plan=plan),
-        answer,
-        held_s=0.0,
-        delay_s=1.0,
+    rules = Rules(
         limits=LIMITS,
         exchange="orders",
         quarantine_exchange=QUARANTINE,
         route="orders",
+        backoff=lambda _holds: 1.0,
     )
+    return after(Attempt(plan=plan), answer, rules, held_s=0.0)
 
 
 def make_rig(answers: list[Scripted]) -> Rig:
@@ -101,8 +98,11 @@ def make_rig(answers: list[Scripted]) -> Rig:
     broker = FakeBroker(answers=answers)
     connection = broker.connection()
     lane = PublishLane(connection, stop=stop)
+    settler = Settler(orders.context, state=orders.state, log=orders.log, stop=stop)
+    settler.attach(connection, lane)
     return Rig(
-        publisher=PlanPublisher(orders.context),
+        publisher=settler.publisher,
+        settler=settler,
         broker=broker,
         connection=connection,
         lane=lane,
@@ -154,7 +154,7 @@ async def test_a_quarantine_copy_too_big_even_for_the_reason_goes_with_a_short_o
     too_big = WireError("the headers outgrow the frame")
     rig = make_rig([too_big, WireError("still too big"), PublishOutcome.CONFIRMED])
     published = await rig.publisher.publish(
-        rig.lane, delivery(), Quarantine("x" * 10_000), rig.held, alone=False
+        rig.lane, delivery(), Quarantine("x" * 10_000), alone=False, on_slow=lambda: None
     )
     assert published is PublishOutcome.CONFIRMED
     assert rig.broker.exchanges == [QUARANTINE] * 3
@@ -192,7 +192,7 @@ async def test_a_dead_letter_is_counted_and_logged_with_its_reason(
     rig = make_rig([])
     consumer = rig.broker.consumer()
     with caplog.at_level(logging.ERROR, logger="sidecar.relay"):
-        await rig.publisher.dead_letter(consumer, delivery(), "held too long")
+        await rig.settler.last.dead_letter(consumer, delivery(), "held too long")
     assert consumer.rejected == [(7, False)]
     sample = {"route": "orders"}
     assert rig.registry.get_sample_value("acemq_sidecar_dead_lettered_total", sample) == 1
@@ -207,7 +207,7 @@ async def test_a_dead_letter_on_a_channel_already_gone_is_neither_counted_nor_lo
     rig = make_rig([])
     consumer = rig.broker.consumer(is_open=False)
     with caplog.at_level(logging.ERROR, logger="sidecar.relay"):
-        await rig.publisher.dead_letter(consumer, delivery(), "held too long")
+        await rig.settler.last.dead_letter(consumer, delivery(), "held too long")
     sample = {"route": "orders"}
     assert rig.registry.get_sample_value("acemq_sidecar_dead_lettered_total", sample) == 0
     assert caplog.text == ""

@@ -39,6 +39,7 @@ from sidecar.settle.holds import (
     HoldLimits,
     blocked,
 )
+from sidecar.settle.rules import Rules
 from sidecar.settle.settlement import DELIVERY_COUNT, Copy, Outcome, Plan, Quarantine, Target
 from sidecar.settle.step import (
     LOST_CHANNEL,
@@ -89,16 +90,14 @@ def step_after(
     delay_s: float = 1.0,
     limits: HoldLimits = LIMITS,
 ) -> Step:
-    return after(
-        attempt,
-        answer,
-        held_s=held_s,
-        delay_s=delay_s,
+    rules = Rules(
         limits=limits,
         exchange="orders",
         quarantine_exchange=QUARANTINE_EXCHANGE,
         route="orders",
+        backoff=lambda _holds: delay_s,
     )
+    return after(attempt, answer, rules, held_s=held_s)
 
 
 def delivery(

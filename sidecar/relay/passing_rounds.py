@@ -17,10 +17,10 @@ from sidecar.settle import Blocked
 
 if TYPE_CHECKING:
     from sidecar.amqp import BodyStream
-    from sidecar.settle import Answer, Attempt
+    from sidecar.settle import Answer
     from sidecar.wire import Delivery
 
-__all__ = ["FIRST_ROUND", "KEEP", "PassingRounds", "held_for"]
+__all__ = ["FIRST_ROUND", "KEEP", "PassingRounds"]
 
 KEEP: Final = 1024
 # A round costs the body's transfer twice and, on a quorum queue, one delivery of its
@@ -59,28 +59,24 @@ class PassingRounds:
         """Forget a message settled (quarantined or dead-lettered)."""
         self._seen.pop(_key(delivery), None)
 
+    def held(
+        self,
+        delivery: Delivery,
+        answer: Answer,
+        *,
+        started: float,
+        now: float,
+        stream: BodyStream,
+    ) -> tuple[float, int]:
+        """Return how long a body passed through has been held, and the backoff's step.
 
-def held_for(
-    rounds: PassingRounds,
-    delivery: Delivery,
-    answer: Answer,
-    attempt: Attempt,
-    *,
-    started: float,
-    now: float,
-    stream: BodyStream | None,
-) -> tuple[float, int]:
-    """Return how long a delivery has been held, and the backoff's step, for ``after``.
-
-    A body passed through is held over its rounds, which span its redeliveries; one its
-    publish did not take is dropped now (unless the broker blocks: nothing was
-    published): it comes again with the redelivery.
-    """
-    if stream is None:
-        return now - started, attempt.holds
-    if not stream.taken and not isinstance(answer, Blocked):
-        stream.discard()
-    return rounds.timing(delivery, started=started, now=now)
+        It is held over its rounds, which span its redeliveries; one its publish did not
+        take is dropped now (unless the broker blocks: nothing was published): it comes
+        again with the redelivery.
+        """
+        if not stream.taken and not isinstance(answer, Blocked):
+            stream.discard()
+        return self.timing(delivery, started=started, now=now)
 
 
 def _key(delivery: Delivery) -> _Key:
