@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from sidecar.errors import ChannelLostError, MissingEntityError
 from sidecar.relay.held_waits import wait_out
-from sidecar.settle import BUG_REASON, Ack, Blocked, Publish, Wait, WaitUnblocked
+from sidecar.settle import BUG_REASON, Ack, Blocked, Lost, Publish, Wait, WaitUnblocked
 
 if TYPE_CHECKING:
     from sidecar.relay.settling import Settling
@@ -51,6 +51,7 @@ async def settle(settling: Settling, step: Step | None, error: Exception | None 
         await settler.sink.give_back(consumer, None, BUG_REASON, bug=e)
     finally:
         settling.uncount()
+        settling.told(Lost(gone=True, error="its task ended"))  # a send span left open
         if (stream := settling.stream) is not None:
             stream.discard()
         if (trace := settling.trace) is not None:
@@ -132,7 +133,7 @@ async def publish_once(
         settler.line.leave(ticket)
     lane = settler.lane
     assert lane is not None  # noqa: S101 - attached before consuming starts
-    settling.lane = lane
+    settling.lane, settling.is_slow = lane, False  # a new publish: its own confirm may be late
     try:
         result = await settler.publisher.publish(
             lane,

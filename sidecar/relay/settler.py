@@ -74,7 +74,7 @@ class Settler:
         self.monotonic = context.clock.monotonic
         self._new_id = context.new_id
         self.stop = stop
-        self.tasks = tasks or RouteTasks(route.name)
+        self.tasks = tasks if tasks is not None else RouteTasks(route.name)
         self.sink = RouteSink.of(context, route_log=log, state=state)
         self.publisher = PlanPublisher(context)
         self.rounds = PassingRounds()  # of the bodies passed through, given back

@@ -174,8 +174,9 @@ class Settling:
         if shared is None:
             return False
         self.step, self.lane, self.shared = step, lane, shared
-        published = plan if self.trace is None else self.sending(plan)
+        self.is_slow = False  # a new publish: its own confirm may be late
         try:
+            published = plan if self.trace is None else self.sending(plan)
             sent = settler.publisher.publish_now(
                 shared.publisher,
                 self.delivery,
@@ -184,6 +185,9 @@ class Settling:
             )
         except (WireError, ValueError, TypeError):  # before writing: the task says why
             sent = False
+        except BaseException:
+            lane.release_now(shared, None)  # the channel's use and the gate given back
+            raise
         if not sent:
             lane.release_now(shared, None)
             if (send := self.send) is not None:

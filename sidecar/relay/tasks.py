@@ -57,7 +57,12 @@ class RouteTasks:
         return not self._tasks
 
     async def cancel(self) -> None:
-        """Cancel the tasks left, and wait until they have ended."""
+        """Cancel the tasks left, and wait until they have ended.
+
+        Each task made in this turn of the loop first takes its first step, so that a
+        cancellation meets it inside its ``try`` and its ``finally`` settles its accounts.
+        """
+        await asyncio.sleep(0)
         left = set(self._tasks)
         for task in left:
             task.cancel()

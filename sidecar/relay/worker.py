@@ -110,42 +110,47 @@ class RouteWorker:
         """
         state = self.state
         self._publishing: RelayConnection = publishing or connection
-        while not self._stop.is_set() and connection.is_open:
-            try:
-                opened = await _open_unless_stopped(
-                    self._open(connection), self._stop, self.route.name
-                )
-                if opened is None:
-                    break
-            except (MissingEntityError, ChannelLostError) as e:
-                state.pause(read_permission_named(str(e)))
-            except Exception as e:
-                # Never let one route take the others down with it.
-                log.exception("route %s: unexpected error while starting", self.route.name)
-                state.pause(f"unexpected error while starting: {e!r}")
-            else:
-                consumer, lane = opened
-                since = self._clock.monotonic()
-                state.acked_since_open = False
-                reason = await self._consume_until_closed(consumer, connection)
-                held_s = consumer.oldest_unsettled_s()  # the broker's timer: the oldest
-                _learn_consumer_timeout(self._settler, self._log, reason, held_s=held_s)
-                if self._stop.is_set():
-                    await self._drain(consumer, lane, connection, grace_s=grace_s)
-                    break
-                if consumer.cancelled_by_broker:
-                    # No more deliveries, but the channel still acks: settle what it holds
-                    # first, or closing it would send that back to be redelivered. /readyz
-                    # says why meanwhile.
+        try:
+            while not self._stop.is_set() and connection.is_open:
+                try:
+                    opened = await _open_unless_stopped(
+                        self._open(connection), self._stop, self.route.name
+                    )
+                    if opened is None:
+                        break
+                except (MissingEntityError, ChannelLostError) as e:
+                    state.pause(read_permission_named(str(e)))
+                except Exception as e:
+                    # Never let one route take the others down with it.
+                    log.exception("route %s: unexpected error while starting", self.route.name)
+                    state.pause(f"unexpected error while starting: {e!r}")
+                else:
+                    consumer, lane = opened
+                    since = self._clock.monotonic()
+                    state.acked_since_open = False
+                    reason = await self._consume_until_closed(consumer, connection)
+                    held_s = consumer.oldest_unsettled_s()  # the broker's timer: the oldest
+                    _learn_consumer_timeout(self._settler, self._log, reason, held_s=held_s)
+                    if self._stop.is_set():
+                        await self._drain(consumer, lane, connection, grace_s=grace_s)
+                        break
+                    if consumer.cancelled_by_broker:
+                        # No more deliveries, but the channel still acks: settle what it holds
+                        # first, or closing it would send that back to be redelivered. /readyz
+                        # says why meanwhile.
+                        state.channel_closed(reason)
+                        await state.settle_in_flight(grace_s)
+                    if (
+                        state.acked_since_open
+                        or self._clock.monotonic() - since > HEALTHY_CHANNEL_S
+                    ):
+                        self._backoff.reset()  # it worked for a while: a fresh failure, not a loop
                     state.channel_closed(reason)
-                    await state.settle_in_flight(grace_s)
-                if state.acked_since_open or self._clock.monotonic() - since > HEALTHY_CHANNEL_S:
-                    self._backoff.reset()  # it worked for a while: a fresh failure, not a loop
-                state.channel_closed(reason)
-                await _close_both(consumer, lane)
-            await sleep_unless(self._stop, self._backoff.next_delay())
-        # What is left has no channel to ack on: the broker has it back.
-        await self._tasks.cancel()
+                    await _close_both(consumer, lane)
+                await sleep_unless(self._stop, self._backoff.next_delay())
+        finally:
+            # What is left has no channel to ack on: the broker has it back.
+            await self._tasks.cancel()
         state.stopped()
         self._log.stopped()
 

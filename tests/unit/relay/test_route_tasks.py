@@ -7,7 +7,9 @@ import logging
 
 import pytest
 
+from sidecar.relay.settler import Settler
 from sidecar.relay.tasks import RouteTasks
+from tests.fakes.route import orders_route
 
 
 async def test_a_task_is_named_and_kept_until_it_ends() -> None:
@@ -49,3 +51,28 @@ async def test_a_task_that_raises_is_logged_with_its_name(caplog: pytest.LogCapt
         tasks.start(broken(), name="settle:orders:3")
         assert await tasks.wait(1.0)
     assert "route orders: task settle:orders:3 ended with an error" in caplog.text
+
+
+async def test_a_task_cancelled_in_the_turn_it_was_made_still_runs_its_finally() -> None:
+    tasks = RouteTasks("orders")
+    ended: list[str] = []
+
+    async def work() -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            ended.append("accounts settled")
+
+    tasks.start(work(), name="settle:orders:9")
+    await tasks.cancel()  # in the same turn: the task has not started yet
+    assert ended == ["accounts settled"]
+
+
+async def test_the_settler_puts_its_tasks_in_the_routes() -> None:
+    """The worker's RouteTasks, handed to the settler, is the one its tasks go to."""
+    orders = orders_route()
+    tasks = RouteTasks("orders")
+    settler = Settler(
+        orders.context, state=orders.state, log=orders.log, stop=asyncio.Event(), tasks=tasks
+    )
+    assert settler.tasks is tasks
