@@ -201,8 +201,8 @@ def _quarantine(args: argparse.Namespace) -> int:
 
 
 def _broker_target(config: str | None, url: str | None) -> BrokerTarget:
+    from sidecar.broker import BrokerAddress  # noqa: PLC0415
     from sidecar.quarantine import BrokerTarget  # noqa: PLC0415
-    from sidecar.wire import BrokerAddress  # noqa: PLC0415
 
     if config is not None:
         from sidecar.route_files import load_config  # noqa: PLC0415

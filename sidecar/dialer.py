@@ -1,7 +1,7 @@
 """Connecting to the broker: which address next, and how long to wait before trying again.
 
 This module owns the attempts: the failover ring of the broker's addresses (shuffled once
-per process, ``sidecar.wire.failover``), the one backoff the attempts and the lost sessions
+per process, ``sidecar.broker.failover``), the one backoff the attempts and the lost sessions
 share, the TLS context built afresh for every attempt, and the log lines of an address
 that did not answer or a connection that was lost. It runs no session: ``sidecar.service``
 does, between a ``connect`` and the ``after_session`` that follows it.
@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sidecar.amqp import connect
+from sidecar.broker import Failover
 from sidecar.errors import TlsFileError
+from sidecar.flow import Backoff
 from sidecar.relay import first_of, sleep_unless
-from sidecar.settle import Backoff
 from sidecar.tls import client_context
-from sidecar.wire import Failover
 
 if TYPE_CHECKING:
     import asyncio
@@ -26,8 +26,8 @@ if TYPE_CHECKING:
     import ssl
 
     from sidecar.amqp import Connection
+    from sidecar.broker import BrokerAddress
     from sidecar.routemap import BrokerConfig
-    from sidecar.wire import BrokerAddress
 
 __all__ = ["HEALTHY_SESSION_S", "Connections", "Dialer"]
 

@@ -39,11 +39,11 @@ if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
     from sidecar.amqp import Connection
+    from sidecar.broker import BrokerAddress
     from sidecar.clock import Clock
     from sidecar.dialer import Connections
     from sidecar.observe import Probe
     from sidecar.routemap import RouteMap
-    from sidecar.wire import BrokerAddress
 
 __all__ = ["Service"]
 

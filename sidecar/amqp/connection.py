@@ -29,7 +29,7 @@ from sidecar.errors import (
 if TYPE_CHECKING:
     import ssl
 
-    from sidecar.wire import BrokerAddress
+    from sidecar.broker import BrokerAddress
 
 __all__ = ["Connection", "QueueCounts", "connect"]
 

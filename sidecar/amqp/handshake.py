@@ -31,7 +31,7 @@ from sidecar.wire import FRAME_END, FRAME_METHOD, HEADER
 
 if TYPE_CHECKING:
     from sidecar.amqp.link import Link
-    from sidecar.wire import BrokerAddress
+    from sidecar.broker import BrokerAddress
 
 __all__ = [
     "CAPABILITIES",

@@ -22,10 +22,10 @@ from urllib.parse import urlsplit
 
 from prometheus_client.exposition import choose_encoder
 
+from sidecar.broker import host_port
 from sidecar.errors import HealthBindError
 from sidecar.observe.http_exchange import Reply, Request
 from sidecar.observe.http_server import HttpServer, Limits, listen
-from sidecar.wire import host_port
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping

@@ -15,7 +15,7 @@ from sidecar.observe.health import Probe
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
-    from sidecar.wire import BrokerAddress
+    from sidecar.broker import BrokerAddress
 
 __all__ = ["liveness", "readiness"]
 

@@ -36,11 +36,12 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from sidecar.amqp import Channel, Connection, Delivery
+    from sidecar.broker import BrokerAddress
     from sidecar.clock import Clock
     from sidecar.contract import PropertyValue
     from sidecar.quarantine.reader import Held
     from sidecar.quarantine.rows import QuarantinedMessage, Selection
-    from sidecar.wire import BrokerAddress, FieldValue
+    from sidecar.wire import FieldValue
 
 __all__ = [
     "BrokerTarget",

@@ -8,7 +8,7 @@ the broker after it). ``AckGate`` counts what the current consumer holds (delive
 are the channel's, so a consumer's deliveries are those from its first tag on), closes
 the gate, and waits until the consumer is full, or holds what its byte budget lets the
 connection read (docs/decisions/0041). The consumer's window and when to change it are
-``sidecar.settle.window``'s, the cancel and the consume ``RouteConsumer``'s.
+``sidecar.flow.window``'s, the cancel and the consume ``RouteConsumer``'s.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """One connection's publish gate: the probe after a quiet spell, and the publishes that wait.
 
-``sidecar.settle.publish_gate`` decides (why a quiet connection probes before a copy goes out:
+``sidecar.flow.publish_gate`` decides (why a quiet connection probes before a copy goes out:
 RabbitMQ blocks a connection only when a publish meets an alarm); this carries it out
 for every publish lane of one connection. The probe goes on the channel of the publish
 that found the connection quiet; a refusal that closes it (403: no write permission on
@@ -24,8 +24,7 @@ from typing import TYPE_CHECKING, ClassVar, assert_never
 
 from sidecar.amqp import ChannelClosedError, ChannelLostError
 from sidecar.errors import MissingEntityError
-from sidecar.relay.waits import first_of
-from sidecar.settle import (
+from sidecar.flow import (
     PROBE_BODY,
     PROBE_ROUTING_KEY,
     QUIET_S,
@@ -34,6 +33,7 @@ from sidecar.settle import (
     admit,
     probe_again,
 )
+from sidecar.relay.waits import first_of
 
 if TYPE_CHECKING:
     from sidecar.amqp import Publisher, RelayConnection
@@ -215,7 +215,7 @@ class ConnectionGate(_Proofs):
     async def enter(self, stop: asyncio.Event, *, channel: Publisher) -> int:
         """Wait until a publish may go out; its lead number when it leads, else 0.
 
-        See ``sidecar.settle.publish_gate``; ``leave`` takes the number back.
+        See ``sidecar.flow.publish_gate``; ``leave`` takes the number back.
 
         ``channel`` is the one it will go on, and the probe's if one is due. Raises
         ``ChannelLostError`` with nothing written when ``stop`` comes while the broker
@@ -285,7 +285,9 @@ class ConnectionGate(_Proofs):
         closed by the sidecar) makes them decide again.
         """
         proven = False
-        answer = asyncio.ensure_future(_publish_probe(channel))
+        answer = asyncio.get_running_loop().create_task(
+            _publish_probe(channel), name="publish-gate-probe-answer"
+        )
         try:
             await asyncio.wait((answer,), timeout=PROBE_ANSWER_S)
             while not answer.done() and self._blocked():

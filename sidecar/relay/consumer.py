@@ -5,12 +5,13 @@ the same channel, in this order: hold acks until the consumer holds its whole wi
 what its byte budget lets the connection read with no delivery for ``FILL_IDLE_S``, for
 ``FILL_BOUND_S`` at most (``relay.ack_gate``: then nothing is on its way to it, which a
 quorum queue would return and count against its delivery limit); ``basic.cancel``, acks
-going again once it is written; wait for room (``settle.window.refill``); then
+going again once it is written; wait for room (``flow.window.refill``); then
 ``basic.qos`` and ``basic.consume`` under ``acemq-sidecar.<route>#<n>``. The old
 consumer's deliveries are settled as any other. A single-active-consumer route never
 re-consumes.
 
-Must not decide the window (``settle.window`` does) or requeue a delivery.
+Must not decide the window (``flow.window`` does: its size, its growth and when it stops
+growing) or requeue a delivery.
 Why: docs/decisions/0003-byte-budget-window.md, 0041-reconsume-under-backpressure.md.
 """
 
@@ -22,8 +23,15 @@ import logging
 from typing import TYPE_CHECKING
 
 from sidecar.amqp import ChannelLostError, MissingEntityError
+from sidecar.flow import (
+    START_WINDOW,
+    grows_on,
+    in_flight_window,
+    next_window,
+    refill,
+    stops_growing,
+)
 from sidecar.relay.ack_gate import AckGate
-from sidecar.settle import START_WINDOW, in_flight_window, next_window, refill
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -54,7 +62,7 @@ REFILL_WAIT_S = 1.0
 
 
 class InFlightWindow:
-    """One route's consumer window and what ``sidecar.settle.window`` decides it from.
+    """One route's consumer window and what ``sidecar.flow.window`` decides it from.
 
     The largest body seen is kept across the route's channels; the consumer's window, the
     body sizes seen since it was set and whether it may still grow are per channel.
@@ -104,9 +112,7 @@ class InFlightWindow:
             return  # learned for the next channel; this one keeps its window
         if self.target() is not None:
             self.wanted.set()
-        elif self._seen >= self.current:
-            # A whole window seen and still no growth: none can come later either (the
-            # allowed window only shrinks), so stop asking.
+        elif stops_growing(seen=self._seen, current=self.current):
             self._may_grow = False
 
     def target(self) -> int | None:
@@ -123,9 +129,7 @@ class InFlightWindow:
         """Record the new consumer's window; not ``whole``: it had to start smaller."""
         self.current = window
         self._seen = 0
-        # Smaller because deliveries stayed in flight past REFILL_WAIT_S (held ones): the
-        # next growth would wait for them again, so the channel keeps this window.
-        self._may_grow = self._may_grow and whole
+        self._may_grow = grows_on(may_grow=self._may_grow, whole=whole)
         if self.target() is not None:
             self.wanted.set()
 

@@ -16,7 +16,7 @@ round of retries, not one per message.
 
 Every publish passes the connection's gate (``sidecar.relay.connection_gate``) before it is
 written: after a quiet spell a probe goes first, so that a broker alarm never catches a
-copy in the broker's socket buffer (``sidecar.settle.publish_gate`` says why).
+copy in the broker's socket buffer (``sidecar.flow.publish_gate`` says why).
 """
 
 from __future__ import annotations
@@ -205,7 +205,9 @@ class PublishLane:
         Whatever the opening made by then is closed (the client's ``channel`` does that
         when cancelled, and one that opened as the stop came is closed here).
         """
-        opening = asyncio.ensure_future(self._connection.channel(prefetch=PUBLISH_PREFETCH))
+        opening = asyncio.get_running_loop().create_task(
+            self._connection.channel(prefetch=PUBLISH_PREFETCH), name="publish-channel-open"
+        )
         which, _ = await first_of(opening, self._stop.wait(), asyncio.sleep(OPEN_TIMEOUT_S))
         if which == 0:
             return opening.result()

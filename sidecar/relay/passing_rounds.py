@@ -5,7 +5,8 @@ delivery of the same message: this remembers, per message, when its first round 
 how many rounds it has had, so that its waits grow from round to round and its hold ends
 at the same deadline as any held quarantine copy's (then it is dead-lettered), instead of
 starting afresh at each redelivery. A message is known by its routing key, its body size
-and its ``x-acemq-id`` (or ``message_id``); the table keeps the most recent ``KEEP``.
+and its ``x-acemq-id`` (or ``message_id``); the table keeps the most recent ``KEEP``. Pure
+bookkeeping: the delivery's ``Settling`` drops a body its publish did not take.
 """
 
 from __future__ import annotations
@@ -13,11 +14,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final
 
 from sidecar.contract import ID
-from sidecar.settle import Blocked
 
 if TYPE_CHECKING:
-    from sidecar.amqp import BodyStream
-    from sidecar.settle import Answer
     from sidecar.wire import Delivery
 
 __all__ = ["FIRST_ROUND", "KEEP", "PassingRounds"]
@@ -58,25 +56,6 @@ class PassingRounds:
     def forget(self, delivery: Delivery) -> None:
         """Forget a message settled (quarantined or dead-lettered)."""
         self._seen.pop(_key(delivery), None)
-
-    def held(
-        self,
-        delivery: Delivery,
-        answer: Answer,
-        *,
-        started: float,
-        now: float,
-        stream: BodyStream,
-    ) -> tuple[float, int]:
-        """Return how long a body passed through has been held, and the backoff's step.
-
-        It is held over its rounds, which span its redeliveries; one its publish did not
-        take is dropped now (unless the broker blocks: nothing was published): it comes
-        again with the redelivery.
-        """
-        if not stream.taken and not isinstance(answer, Blocked):
-            stream.discard()
-        return self.timing(delivery, started=started, now=now)
 
 
 def _key(delivery: Delivery) -> _Key:

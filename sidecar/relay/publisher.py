@@ -3,7 +3,7 @@
 ``PlanPublisher`` does the publishing a delivery's steps ask for: the normalised copy on
 the target exchange (``publish_now`` from a frame handler, on the shared channel, or
 ``publish`` from the delivery's task), or the original on the quarantine exchange (in
-the format ``sidecar.settle.quarantine_copy`` makes), on the route's shared publish
+the format ``sidecar.settle.quarantine_format`` makes), on the route's shared publish
 channel or alone on a channel of its own (``sidecar.relay.lane``). It returns the
 broker's raw outcome or raises; the delivery's ``Settling`` reads either into an answer,
 and ``sidecar.settle.step`` decides what it means.
@@ -11,11 +11,12 @@ and ``sidecar.settle.step`` decides what it means.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import TYPE_CHECKING, assert_never
 
 from sidecar.errors import ChannelLostError, WireError
-from sidecar.settle import Copy, Quarantine, quarantine_copy, reason_only
+from sidecar.settle import Copy, Quarantine, fallbacks, quarantine_copy
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -165,10 +166,11 @@ class PlanPublisher:
                 e,
                 extra={"route": self.route.name},
             )
-            try:
-                return await publish(reason_only(reason, e, queue, short=False))
-            except WireError:
-                return await publish(reason_only(reason, e, queue, short=True))
+            *larger, last = fallbacks(reason, e, queue)
+            for fallback in larger:
+                with contextlib.suppress(WireError):
+                    return await publish(fallback)
+            return await publish(last)
 
     async def _publish(
         self,

@@ -19,6 +19,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from sidecar.contract import Policy
+from sidecar.flow import backoff_s
 from sidecar.relay.last_action import LastAction
 from sidecar.relay.passing_rounds import PassingRounds
 from sidecar.relay.publisher import CONFIRM_TIMEOUT_S, PlanPublisher
@@ -28,7 +29,7 @@ from sidecar.relay.slow_confirms import SlowConfirms
 from sidecar.relay.tasks import RouteTasks
 from sidecar.relay.unblock_line import UnblockLine
 from sidecar.routemap import Mode
-from sidecar.settle import Blocked, HoldLimits, Lost, Rules, Target, backoff_s, begin
+from sidecar.settle import Blocked, HoldLimits, Lost, Rules, Target, begin
 
 if TYPE_CHECKING:
     import asyncio

@@ -20,7 +20,16 @@ from typing import TYPE_CHECKING
 from sidecar.errors import MissingEntityError, WireError
 from sidecar.relay.answer_of import answer_of
 from sidecar.relay.settle_task import settle
-from sidecar.settle import Ack, Copy, Publish, Quarantine, Refused, after, slow_confirm
+from sidecar.settle import (
+    Ack,
+    Blocked,
+    Copy,
+    Publish,
+    Quarantine,
+    Refused,
+    after,
+    slow_confirm,
+)
 
 if TYPE_CHECKING:
     from sidecar.amqp import AckChannel, BodyStream
@@ -118,9 +127,11 @@ class Settling:
         now = settler.monotonic()
         if (stream := self.stream) is None:
             held_s, backoff_step = now - self.started, None
-        else:
-            held_s, backoff_step = settler.rounds.held(
-                self.delivery, answer, started=self.started, now=now, stream=stream
+        else:  # a body passed through: held over its rounds, which span its redeliveries
+            if not stream.taken and not isinstance(answer, Blocked):
+                stream.discard()  # its publish did not take it: it comes with the redelivery
+            held_s, backoff_step = settler.rounds.timing(
+                self.delivery, started=self.started, now=now
             )
         step = self.step = after(
             attempt, answer, settler.rules, held_s=held_s, backoff_step=backoff_step

@@ -25,7 +25,10 @@ async def first_of(
     ones' exceptions are marked as retrieved; the caller reads the result it needs.
     """
     futures = [
-        wait if isinstance(wait, asyncio.Future) else asyncio.create_task(wait) for wait in waits
+        wait
+        if isinstance(wait, asyncio.Future)
+        else asyncio.create_task(wait, name=f"first-of:{getattr(wait, '__qualname__', i)}")
+        for i, wait in enumerate(waits)
     ]
     try:
         done, _ = await asyncio.wait(futures, return_when=asyncio.FIRST_COMPLETED)

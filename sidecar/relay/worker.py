@@ -9,7 +9,7 @@ and counted. The decisions are ``sidecar.settle.settlement``'s (pure, unit-teste
 the AMQP client's, seen through its Protocols (``Consumer``, ``Publisher``,
 ``RelayConnection``). A route consumes on one channel and publishes on others
 (``sidecar.relay.lane``), so that a publish the broker refuses by closing its channel
-requeues nothing. Its consumer's window follows the bodies it sees (``sidecar.settle.window``):
+requeues nothing. Its consumer's window follows the bodies it sees (``sidecar.flow.window``):
 slow start, bounded by the route's prefetch and ``broker.max_in_flight_bytes``, changed
 by a re-consume on the same channel, whose deliveries in flight are settled as any other.
 This module only carries decisions out, and keeps the route's state (``RouteState``) and
@@ -23,6 +23,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from sidecar.amqp import ChannelLostError, MissingEntityError
+from sidecar.flow import Backoff
 from sidecar.observe import RouteLog
 from sidecar.relay.consumer import InFlightWindow, RouteConsumer
 from sidecar.relay.lane import PublishLane
@@ -31,7 +32,6 @@ from sidecar.relay.state import RouteState
 from sidecar.relay.tasks import RouteTasks
 from sidecar.relay.waits import first_of, sleep_unless
 from sidecar.settle import (
-    Backoff,
     consumer_timeout_after,
     quarantine_deadline_s,
     read_permission_named,

@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
+from sidecar.broker import host_port
 from sidecar.contract import Publishers
-from sidecar.wire import host_port
 
 if TYPE_CHECKING:
-    from sidecar.wire import BrokerAddress
+    from sidecar.broker import BrokerAddress
 
 __all__ = [
     "BrokerConfig",

@@ -45,8 +45,8 @@ from sidecar.routemap.yaml_source import format_path, interpolate, read_yaml
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
+    from sidecar.broker import BrokerAddress
     from sidecar.routemap.yaml_source import KeyPath, TreeReader
-    from sidecar.wire import BrokerAddress
 
 __all__ = ["parse_route_map"]
 

@@ -23,6 +23,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from sidecar.broker import BrokerAddress
 from sidecar.contract import DEFAULT_PRODUCERS_PER_ROUTE, Publishers
 from sidecar.errors import BrokerAddressError
 from sidecar.routemap.model import (
@@ -37,7 +38,6 @@ from sidecar.routemap.model import (
 )
 from sidecar.routemap.text import show
 from sidecar.routemap.yaml_source import ProblemError
-from sidecar.wire import BrokerAddress
 
 __all__ = ["DEFAULT_BROKER_URL", "RouteMapFile", "route_map_json_schema", "split_listen"]
 

@@ -10,8 +10,8 @@ import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from sidecar.broker import BrokerAddress
     from sidecar.routemap.model import RouteMap
-    from sidecar.wire import BrokerAddress
 
 __all__ = ["describe", "show"]
 

@@ -1,8 +1,9 @@
 """What becomes of one delivery, decided without I/O.
 
-The plan, the broker's answer read, the holds and their bounds, a route's window,
-the publish gate, the retry backoff. Pure: no asyncio, socket, logging, clock or
-environment; the relay carries out what these decide.
+The plan, the broker's answer read (each answer to each plan: ``readings``, a table),
+the holds and their bounds, the quarantine copy's format. Pure: no asyncio, socket,
+logging, clock or environment; the relay carries out what these decide. How fast the
+relay may go (its window, the publish gate, the backoff) is ``sidecar.flow``'s.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from sidecar.settle.answers import (
     Refused,
     Unwritable,
 )
-from sidecar.settle.backoff import Backoff, backoff_s
 from sidecar.settle.holds import (
     QUARANTINE_SHARE,
     HoldLimits,
@@ -28,21 +28,19 @@ from sidecar.settle.holds import (
     read_permission_named,
     slow_confirm,
 )
-from sidecar.settle.publish_gate import (
-    PROBE_BODY,
-    PROBE_ROUTING_KEY,
-    QUIET_S,
-    Admit,
-    GateState,
-    admit,
-    probe_again,
+from sidecar.settle.quarantine_format import (
+    ORIGINAL_HEADER_BYTES,
+    QUARANTINED_FROM,
+    fallbacks,
+    original_headers,
+    quarantine_copy,
+    reason_only,
 )
+from sidecar.settle.readings import READINGS, Reading
 from sidecar.settle.rules import Rules
 from sidecar.settle.settlement import (
     DEFAULT_DELIVERY_LIMIT,
     DELIVERY_COUNT,
-    ORIGINAL_HEADER_BYTES,
-    QUARANTINED_FROM,
     Copy,
     Outcome,
     Plan,
@@ -50,10 +48,7 @@ from sidecar.settle.settlement import (
     Target,
     bounded,
     log_origin,
-    original_headers,
-    quarantine_copy,
     reason_kind,
-    reason_only,
 )
 from sidecar.settle.step import (
     BUG_REASON,
@@ -77,25 +72,19 @@ from sidecar.settle.step import (
     after,
     begin,
 )
-from sidecar.settle.window import START_WINDOW, in_flight_window, next_window, refill
 
 __all__ = [
     "BUG_REASON",
     "DEFAULT_DELIVERY_LIMIT",
     "DELIVERY_COUNT",
     "ORIGINAL_HEADER_BYTES",
-    "PROBE_BODY",
-    "PROBE_ROUTING_KEY",
     "PUBLISHED",
     "QUARANTINED_FROM",
     "QUARANTINE_SHARE",
-    "QUIET_S",
-    "START_WINDOW",
+    "READINGS",
     "Ack",
-    "Admit",
     "Answer",
     "Attempt",
-    "Backoff",
     "Blocked",
     "Bug",
     "Confirmed",
@@ -103,7 +92,6 @@ __all__ = [
     "DeadLetter",
     "Event",
     "Failed",
-    "GateState",
     "GiveBack",
     "Held",
     "HoldLimits",
@@ -115,6 +103,7 @@ __all__ = [
     "Publish",
     "Quarantine",
     "Quarantined",
+    "Reading",
     "Refused",
     "Requeue",
     "RetriedCopy",
@@ -125,24 +114,19 @@ __all__ = [
     "Violations",
     "Wait",
     "WaitUnblocked",
-    "admit",
     "after",
-    "backoff_s",
     "begin",
     "bounded",
     "consumer_timeout_after",
     "delivery_limit_reached",
-    "in_flight_window",
+    "fallbacks",
     "log_origin",
     "nack_is_free",
-    "next_window",
     "original_headers",
-    "probe_again",
     "quarantine_copy",
     "quarantine_deadline_s",
     "read_permission_named",
     "reason_kind",
     "reason_only",
-    "refill",
     "slow_confirm",
 ]

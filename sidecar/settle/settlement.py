@@ -12,10 +12,7 @@ them. Two questions, each a total function over closed sets:
 What a refused or held delivery becomes next (``after_refusal``, ``after_hold``) is
 decided in ``sidecar.settle.holds``.
 
-And the one shape of a quarantine copy (docs/architecture.md): the original's body and
-properties, its headers as received plus the reason and the staging queue (of an original whose
-content header was too large to read: its body, and the header's size in
-``acemq-original-header-bytes``).
+The one shape of a quarantine copy is ``sidecar.settle.quarantine_format``'s.
 """
 
 from __future__ import annotations
@@ -26,8 +23,8 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Final, TypeAlias, assert_never
 
-from sidecar.contract import ERROR, ORIGIN, Policy, Reject, Relay, move_user_id, normalise
-from sidecar.wire import ByteArray, PublishOutcome
+from sidecar.contract import ORIGIN, Policy, Reject, Relay, move_user_id, normalise
+from sidecar.wire import PublishOutcome
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -38,10 +35,6 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_DELIVERY_LIMIT",
     "DELIVERY_COUNT",
-    "ORIGINAL_ERROR",
-    "ORIGINAL_HEADERS",
-    "ORIGINAL_HEADER_BYTES",
-    "QUARANTINED_FROM",
     "Alone",
     "Copy",
     "DeadLetter",
@@ -53,20 +46,13 @@ __all__ = [
     "after_publish",
     "bounded",
     "log_origin",
-    "original_headers",
     "plan_delivery",
-    "quarantine_copy",
+    "publishable_properties",
     "reason_kind",
-    "reason_only",
     "same_table",
 ]
 
-QUARANTINED_FROM: Final = "acemq-quarantined-from"
-ORIGINAL_HEADERS: Final = "acemq-original-headers"
-ORIGINAL_ERROR: Final = "acemq-original-error"
-ORIGINAL_HEADER_BYTES: Final = "acemq-original-header-bytes"
 REASON_MAX = 4096  # characters of a reason kept in x-acemq-error and in a log line
-SHORT_REASON_MAX = 300  # a reason and a note that fit the smallest frame the broker allows
 ORIGIN_LOG_MAX = 200  # characters of an origin in a log line
 DELIVERY_COUNT: Final = "x-delivery-count"  # a quorum queue's count of a message's returns
 DEFAULT_DELIVERY_LIMIT: Final = 20  # a quorum queue's x-delivery-limit from RabbitMQ 4.0
@@ -331,7 +317,7 @@ def internal_error(error: Exception) -> Quarantine:
     return Quarantine(f"internal error: {error!r}")
 
 
-# --- the quarantine copy -------------------------------------------------------------------
+# --- what may be republished ----------------------------------------------------------------
 
 
 def publishable_properties(
@@ -345,61 +331,6 @@ def publishable_properties(
     result = dict(properties)
     move_user_id(result, headers, login=login)
     return result
-
-
-def quarantine_copy(
-    delivery: Delivery, *, reason: str, queue: str, login: str | None
-) -> tuple[dict[str, PropertyValue], dict[str, FieldValue]]:
-    """Return the properties and headers of a delivery's quarantine copy.
-
-    The headers are as received plus the reason and the staging queue; an envelope error
-    already there moves to ``acemq-original-error``; a table the codec could not read
-    travels whole, as a byte array, in ``acemq-original-headers``; of a content header too
-    large to read, only its size is known, in ``acemq-original-header-bytes``.
-    """
-    headers: dict[str, FieldValue] = dict(delivery.headers)
-    if delivery.undecodable is not None:
-        headers[ORIGINAL_HEADERS] = ByteArray(delivery.undecodable.raw)
-    if delivery.unread_header is not None:
-        headers[ORIGINAL_HEADER_BYTES] = delivery.unread_header.size
-    if ERROR in headers:  # the envelope's own error is kept, not overwritten
-        headers[ORIGINAL_ERROR] = headers[ERROR]
-    headers[ERROR] = bounded(reason)
-    headers[QUARANTINED_FROM] = queue
-    return publishable_properties(delivery.properties, headers, login=login), headers
-
-
-def original_headers(headers: Mapping[str, FieldValue]) -> dict[str, FieldValue] | None:
-    """Return the headers a quarantine copy's original had: ``quarantine_copy`` undone.
-
-    The reason and the staging queue are removed and an envelope error the reason
-    displaced is put back. None when the original's table could not be decoded (it
-    travels as raw bytes in ``acemq-original-headers``): there is no table to restore.
-    """
-    if ORIGINAL_HEADERS in headers:
-        return None
-    original: dict[str, FieldValue] = {}
-    for name, value in headers.items():
-        if name == ERROR:
-            if ORIGINAL_ERROR in headers:  # back in the place it had, with its own value
-                original[ERROR] = headers[ORIGINAL_ERROR]
-        elif name not in (QUARANTINED_FROM, ORIGINAL_ERROR):
-            original[name] = value
-    return original
-
-
-def reason_only(reason: str, error: Exception, queue: str, *, short: bool) -> dict[str, FieldValue]:
-    """Return the headers of a quarantine copy whose original headers could not be written.
-
-    The body, the properties and the reason still go to quarantine, with a note saying why
-    the headers are missing; ``short`` bounds both to fit the smallest frame a broker allows.
-    """
-    note = f" (the original headers could not be written: {error})"
-    if short:
-        text = f"{bounded(reason, SHORT_REASON_MAX)}{bounded(note, SHORT_REASON_MAX)}"
-    else:
-        text = f"{bounded(reason)}{note}"
-    return {ERROR: text, QUARANTINED_FROM: queue}
 
 
 def bounded(text: str, limit: int = REASON_MAX) -> str:

@@ -25,12 +25,16 @@ from sidecar.settle.answers import (
     Confirmed,
     Failed,
     Lost,
-    Nacked,
-    Refused,
-    Returned,
-    Unwritable,
 )
-from sidecar.settle.holds import after_hold, after_refusal, blocked, delivery_limit_reached
+from sidecar.settle.holds import after_hold, blocked, delivery_limit_reached
+from sidecar.settle.readings import (
+    LOST_CHANNEL,
+    READINGS,
+    Reading,
+    answer_kind,
+    decision_for,
+    plan_kind,
+)
 from sidecar.settle.settlement import (
     Alone,
     DeadLetter,
@@ -38,11 +42,8 @@ from sidecar.settle.settlement import (
     Hold,
     Outcome,
     Quarantine,
-    after_publish,
     internal_error,
     plan_delivery,
-    unencodable,
-    unwritable_quarantine,
 )
 
 if TYPE_CHECKING:
@@ -79,7 +80,6 @@ __all__ = [
     "begin",
 ]
 
-LOST_CHANNEL = "the publish channel closed; retrying on a new one"
 BUG_REASON = "internal error; see the log"  # what the route says after a bug gave a delivery back
 
 
@@ -289,45 +289,41 @@ def after(
     given: a body passed through counts its rounds across redeliveries).
     """
     delay_s = _delay_s(answer, rules, attempt.holds if backoff_step is None else backoff_step)
-    limits, exchange = rules.limits, rules.exchange
     plan = attempt.plan
-    decision: Decision
-    match answer:
-        case Confirmed() | Returned() | Nacked():
-            decision = after_publish(
-                answer.published,
-                plan,
-                exchange=exchange,
-                quarantine_exchange=rules.quarantine_exchange,
-                route=rules.route,
-            )
-        case Refused(code=code, text=text):
-            where = rules.quarantine_exchange if isinstance(plan, Quarantine) else exchange
-            decision = after_refusal(code, text, plan, alone=attempt.alone, exchange=where)
-        case Lost(gone=True, error=error):
-            return Step(_LET_GO, attempt, (Left(error),))
-        case Lost():
-            # The shared channel was closed by another publish's refusal before or while
-            # this one went out: it may have been routed, or not.
-            decision = Hold(LOST_CHANNEL, may_duplicate=True)
-        case Unwritable(error=error):
-            if isinstance(plan, Quarantine):
-                decision = unwritable_quarantine(plan.reason, error)
-            else:
-                decision = unencodable(error)
-        case Failed(error=error):
-            if isinstance(plan, Quarantine):
-                bug = Bug("a delivery could not be settled", error)
-                return Step(GiveBack(BUG_REASON), attempt, (bug,))
-            return _to_quarantine(
-                attempt, internal_error(error), (Bug("unexpected error while publishing", error),)
-            )
-        case Blocked(reason=reason):
+    reading = READINGS[answer_kind(answer), plan_kind(plan)]
+    match reading:
+        case Reading.LET_GO:
+            return Step(_LET_GO, attempt, (Left(_words(answer)),))
+        case Reading.BUG_IN_QUARANTINE:
+            bug = Bug("a delivery could not be settled", _error(answer))
+            return Step(GiveBack(BUG_REASON), attempt, (bug,))
+        case Reading.BUG:
+            error = _error(answer)
+            bug = Bug("unexpected error while publishing", error)
+            return _to_quarantine(attempt, internal_error(error), (bug,))
+        case Reading.BLOCKED:
             again = Step(Publish(plan, alone=attempt.alone), attempt)
-            return Step(WaitUnblocked(again), attempt, (Held(blocked(reason)),))
+            return Step(WaitUnblocked(again), attempt, (Held(blocked(_words(answer))),))
         case _:
-            assert_never(answer)
+            decision = decision_for(reading, answer, plan, rules, alone=attempt.alone)
+    limits = rules.limits
     return _decided(decision, attempt, held_s=held_s, delay_s=delay_s, limits=limits)
+
+
+def _words(answer: Answer) -> str:
+    """Return the words of a lost channel's error or of the broker's block."""
+    if isinstance(answer, Lost):
+        return answer.error
+    if isinstance(answer, Blocked):
+        return answer.reason
+    raise TypeError(f"{answer!r} has no words")
+
+
+def _error(answer: Answer) -> Exception:
+    """Return the exception a failed publish kept."""
+    if isinstance(answer, Failed):
+        return answer.error
+    raise TypeError(f"{answer!r} kept no exception")
 
 
 def _delay_s(answer: Answer, rules: Rules, backoff_step: int) -> float:

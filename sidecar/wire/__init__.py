@@ -1,10 +1,10 @@
-"""The wire: typed AMQP field values, the header-table codec, the hot frames, the broker address.
+"""The wire: typed AMQP field values, the header-table codec, the hot frames.
 
 This package owns the bytes the relay reads and writes and the values that stand for them:
 the field value classes (``values``, never compiled), the table codec (``decode``,
-``encode``, ``scalars``, sharing ``fields``), the frames of the hot path (``frames``), the
-values the transport hands the relay (``delivery``), the broker's URL (``address``) and the
-order of brokers to try (``failover``). It is pure: no I/O, no client library, no clock.
+``encode``, ``scalars``, sharing ``fields``), the frames of the hot path (``frames``), and
+the values the transport hands the relay (``delivery``). Where the broker is, and which
+to try next, is ``sidecar.broker``'s. It is pure: no I/O, no client library, no clock.
 Import from this face; the modules inside import each other directly.
 """
 
@@ -29,11 +29,9 @@ Import from this face; the modules inside import each other directly.
 
 from __future__ import annotations
 
-from sidecar.wire.address import BrokerAddress, Secret, host_port, mask_url
 from sidecar.wire.decode import decode_table, decode_table_for_pamqp
 from sidecar.wire.delivery import Body, Delivery, PublishOutcome, UnreadBody, UnreadHeader
 from sidecar.wire.encode import encode_table, encode_table_for_pamqp, tag_of
-from sidecar.wire.failover import Failover
 from sidecar.wire.fields import (
     INT_BOUNDS,
     MAX_DEPTH,
@@ -106,11 +104,9 @@ __all__ = [
     "BasicDeliver",
     "BasicReturn",
     "Body",
-    "BrokerAddress",
     "ByteArray",
     "ContentHeader",
     "Delivery",
-    "Failover",
     "FieldArray",
     "FieldTable",
     "FieldValue",
@@ -121,7 +117,6 @@ __all__ = [
     "Int64",
     "PropertyValue",
     "PublishOutcome",
-    "Secret",
     "Timestamp",
     "UInt8",
     "UInt16",
@@ -137,8 +132,6 @@ __all__ = [
     "decode_table_for_pamqp",
     "encode_table",
     "encode_table_for_pamqp",
-    "host_port",
-    "mask_url",
     "parse_confirm",
     "parse_content_header",
     "parse_deliver",

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from sidecar.wire import BrokerAddress
+from sidecar.broker import BrokerAddress
 from tests.brokers import broker_root
 from tests.cluster.nodes import Cluster, three_node_cluster
 from tests.e2e.conftest import Sidecar, eventually

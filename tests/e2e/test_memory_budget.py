@@ -4,7 +4,7 @@ On a private node (hundreds of MiB go through it, and a body of 120 MiB): the pr
 peak resident set (``VmHWM`` in /proc) once it is ready with nothing to relay is its
 baseline; after each flow the peak must stay within baseline + ``max_in_flight_bytes``
 + the largest body + ``SLACK_MIB``. The route's window follows the bodies it sees
-(``sidecar.settle.window``), and what a window sent before a larger body arrived is not read
+(``sidecar.flow.window``), and what a window sent before a larger body arrived is not read
 while the route's deliveries hold the budget (the consuming connection stops reading,
 ``sidecar.amqp.channel``); a body is held once. The numbers are printed for
 docs/memory.md.

@@ -23,9 +23,9 @@ from prometheus_client.openmetrics.parser import (
 )
 
 from sidecar import __version__
+from sidecar.broker import BrokerAddress
 from sidecar.contract import CONTRACT_VERSION, Publishers
 from sidecar.observe.metrics import DRIFT_VIOLATIONS
-from sidecar.wire import BrokerAddress
 from tests.e2e.conftest import (
     Flow,
     Sidecar,

@@ -16,10 +16,10 @@ import sys
 import pytest
 from pamqp.commands import Basic
 
+from sidecar.broker import BrokerAddress
 from sidecar.clock import Clock
 from sidecar.quarantine import tool as quarantine_tool
 from sidecar.quarantine.rows import Selection
-from sidecar.wire import BrokerAddress
 from tests.conftest import REPO
 from tests.e2e.conftest import (
     Sidecar,

@@ -4,7 +4,7 @@
 what the broker answers to each publish in ``answer`` (``publish_now`` hears it from a task
 of the fake's, as the client hears it from the frame handler). An exception answer is
 raised, as the client raises.
-The publish gate's probe (``sidecar.settle.publish_gate``) is confirmed at once and only counted
+The publish gate's probe (``sidecar.flow.publish_gate``) is confirmed at once and only counted
 (``probes``): the fakes' scripts answer the copies.
 """
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sidecar.errors import ChannelLostError
-from sidecar.settle.publish_gate import PROBE_ROUTING_KEY
+from sidecar.flow.publish_gate import PROBE_ROUTING_KEY
 from sidecar.wire import Body, PublishOutcome, UndecodableTable
 
 if TYPE_CHECKING:

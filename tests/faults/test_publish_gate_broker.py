@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from sidecar.settle.publish_gate import QUIET_S
+from sidecar.flow.publish_gate import QUIET_S
 from tests.brokers import module_node
 from tests.e2e.conftest import Sidecar, declare_quarantine, eventually, make_ids, publish_ids
 from tests.faults.private_node import PrivateNode

@@ -485,7 +485,7 @@ async def test_while_the_broker_blocks_nothing_is_published_and_sigterm_settles_
     taken = await take_all(nb, target, ids, sidecar=sidecar_on_node)
     # RabbitMQ blocks a connection when it first reads a publish during an alarm, and reads
     # nothing more until it clears: the publish gate's probe meets the alarm, the copies
-    # wait for its answer, and SIGTERM lets them go unwritten (sidecar/settle/publish_gate.py).
+    # wait for its answer, and SIGTERM lets them go unwritten (sidecar/flow/publish_gate.py).
     copies = taken.copies()
     twice = sorted(id_ for id_, n in copies.items() if n > 1)
     duplicates = sum(copies.values()) - len(ids)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from sidecar.amqp import ConnectFailedError, PublishOutcome, connect
-from sidecar.wire import BrokerAddress
+from sidecar.broker import BrokerAddress
 from tests.brokers import module_node
 from tests.e2e.conftest import (
     Sidecar,

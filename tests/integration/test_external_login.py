@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from pamqp import commands as spec
 
-from sidecar.settle.publish_gate import PROBE_ROUTING_KEY
+from sidecar.flow.publish_gate import PROBE_ROUTING_KEY
 from tests.integration.conftest import route_map_yaml, wait_for
 from tests.scripted_broker import ScriptedBroker
 from tests.tls_files import TlsFiles, make_tls_files

@@ -20,7 +20,7 @@ from typing import Any
 import aiormq.abc
 import pytest
 
-from sidecar.settle.settlement import quarantine_copy
+from sidecar.settle.quarantine_format import quarantine_copy
 from sidecar.wire import (
     ByteArray,
     Delivery,

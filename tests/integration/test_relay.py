@@ -16,7 +16,7 @@ from sidecar.contract import ERROR as ERROR_HEADER
 from sidecar.contract.vectors import to_json
 from sidecar.observe import metrics
 from sidecar.settle import settlement
-from sidecar.settle.settlement import QUARANTINED_FROM
+from sidecar.settle.quarantine_format import QUARANTINED_FROM
 from sidecar.wire import (
     ByteArray,
     Float32,

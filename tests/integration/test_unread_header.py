@@ -18,7 +18,7 @@ from typing import Any
 from pamqp import body as pamqp_body
 from pamqp import commands as spec
 
-from sidecar.settle.publish_gate import PROBE_ROUTING_KEY
+from sidecar.flow.publish_gate import PROBE_ROUTING_KEY
 from sidecar.wire import FRAME_END, FRAME_HEADER, HEADER
 from tests.integration.conftest import route_map_yaml, wait_for
 from tests.scripted_broker import ScriptedBroker

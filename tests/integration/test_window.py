@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 
 from sidecar.amqp import Channel, Connection, Delivery, connect
+from sidecar.broker import BrokerAddress
 from sidecar.relay import settle_task, settler
 from sidecar.relay.settling import Settling
 from sidecar.relay.sink import RouteSink
 from sidecar.relay.state import HeldDelivery
-from sidecar.wire import BrokerAddress
 from tests.compiled import is_compiled
 from tests.integration.conftest import route_map_yaml, wait_for
 from tests.integration.test_relay import envelope, headers_of

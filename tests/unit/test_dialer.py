@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from sidecar import dialer as dialer_module
+from sidecar.broker import BrokerAddress
 from sidecar.dialer import HEALTHY_SESSION_S, Dialer
 from sidecar.routemap.model import BrokerConfig, TlsConfig
-from sidecar.wire import BrokerAddress
 
 NODES = tuple(BrokerAddress.parse(f"amqp://relay:s3cret@rabbit-{i}/") for i in range(3))
 

@@ -18,8 +18,8 @@ from sidecar.amqp import (
     lifecycle,
 )
 from sidecar.amqp import connection as connection_module
+from sidecar.broker import BrokerAddress
 from sidecar.errors import SidecarError
-from sidecar.wire import BrokerAddress
 from tests.scripted_broker import Answer, ScriptedBroker, refuse, silent
 
 BOUND_S = 10  # no test waits longer than this for anything

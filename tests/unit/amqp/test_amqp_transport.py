@@ -28,9 +28,10 @@ from sidecar.amqp import (
     connect,
 )
 from sidecar.amqp.link import FRAME_MAX_CEILING
+from sidecar.broker import BrokerAddress
 from sidecar.routemap.model import TlsConfig
 from sidecar.tls import client_context
-from sidecar.wire import FRAME_END, FRAME_HEADER, HEADER, BrokerAddress
+from sidecar.wire import FRAME_END, FRAME_HEADER, HEADER
 from tests.scripted_broker import ScriptedBroker
 from tests.tls_files import TlsFiles, make_tls_files
 

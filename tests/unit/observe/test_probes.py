@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from sidecar.broker import BrokerAddress
 from sidecar.observe.probes import liveness, readiness
-from sidecar.wire import BrokerAddress
 
 NODE = BrokerAddress.parse("amqp://relay:s3cret@rabbit-1:5672/")
 

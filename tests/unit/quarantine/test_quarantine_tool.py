@@ -21,7 +21,7 @@ from sidecar.quarantine.tool import (
     Unreplayable,
     plan_replay,
 )
-from sidecar.settle.settlement import quarantine_copy
+from sidecar.settle.quarantine_format import quarantine_copy
 from sidecar.wire import (
     ByteArray,
     Delivery,

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from sidecar.quarantine.rows import QuarantinedMessage, Selection, format_rows, row_of
-from sidecar.settle.settlement import quarantine_copy
+from sidecar.settle.quarantine_format import quarantine_copy
 from sidecar.wire import Delivery, Int64
 
 NOW_MS = 1_790_000_060_000

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import pytest
 from prometheus_client import CollectorRegistry
 
+from sidecar.broker import BrokerAddress
 from sidecar.clock import Clock
 from sidecar.observe.metrics import Metrics
 from sidecar.relay.fleet import RouteFleet
@@ -29,7 +30,6 @@ from sidecar.routemap.model import (
     TlsConfig,
 )
 from sidecar.routemap.reload_plan import plan_reload
-from sidecar.wire import BrokerAddress
 from tests.fakes import FakeBroker
 
 

@@ -32,8 +32,9 @@ from sidecar.settle.answers import (
     Unwritable,
 )
 from sidecar.settle.holds import HoldLimits
+from sidecar.settle.quarantine_format import reason_only
 from sidecar.settle.rules import Rules
-from sidecar.settle.settlement import DeadLetter, Plan, Quarantine, reason_only
+from sidecar.settle.settlement import DeadLetter, Plan, Quarantine
 from sidecar.settle.step import (
     LOST_CHANNEL,
     Attempt,

@@ -12,9 +12,7 @@ from typing import cast
 import pytest
 
 from sidecar.amqp import ChannelClosedError, ChannelLostError, Publisher, RelayConnection
-from sidecar.relay import connection_gate
-from sidecar.relay.connection_gate import ConnectionGate
-from sidecar.settle.publish_gate import (
+from sidecar.flow.publish_gate import (
     PROBE_BODY,
     PROBE_ROUTING_KEY,
     QUIET_S,
@@ -23,6 +21,8 @@ from sidecar.settle.publish_gate import (
     admit,
     probe_again,
 )
+from sidecar.relay import connection_gate
+from sidecar.relay.connection_gate import ConnectionGate
 from sidecar.wire import PublishOutcome
 from tests.compiled import is_compiled
 

@@ -13,9 +13,9 @@ import pytest
 
 from sidecar.amqp import ChannelClosedError, ChannelLostError, Publisher, RelayConnection
 from sidecar.errors import WireError
+from sidecar.flow.publish_gate import PROBE_ROUTING_KEY
 from sidecar.relay import lane as publish_lane
 from sidecar.relay.lane import PublishLane
-from sidecar.settle.publish_gate import PROBE_ROUTING_KEY
 from sidecar.wire import Body, PublishOutcome
 from tests.fakes.publish import Answer, Publish, PublishRecorder
 

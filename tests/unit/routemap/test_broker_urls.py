@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sidecar import cli
+from sidecar.broker import BrokerAddress
 from sidecar.errors import ConfigError
 from sidecar.routemap import RouteMap, describe, parse_route_map
-from sidecar.wire import BrokerAddress
 
 if TYPE_CHECKING:
     from pathlib import Path

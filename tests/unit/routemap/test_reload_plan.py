@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sidecar.broker import BrokerAddress
 from sidecar.routemap.model import (
     BrokerConfig,
     HttpConfig,
@@ -19,7 +20,6 @@ from sidecar.routemap.model import (
     TlsConfig,
 )
 from sidecar.routemap.reload_plan import ReloadPlan, plan_reload
-from sidecar.wire import BrokerAddress
 
 BROKER = BrokerConfig(
     addresses=(BrokerAddress.parse("amqp://h/"),),

@@ -11,6 +11,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sidecar.broker import BrokerAddress
 from sidecar.errors import ConfigError
 from sidecar.route_files import load_route_map
 from sidecar.routemap import (
@@ -27,7 +28,6 @@ from sidecar.routemap import (
     parse_route_map,
     route_map_json_schema,
 )
-from sidecar.wire import BrokerAddress
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from hypothesis import target as aim_for
 
 from sidecar.contract import Policy, Publishers
+from sidecar.flow.backoff import Backoff
 from sidecar.settle.answers import (
     Answer,
     Blocked,
@@ -31,7 +32,6 @@ from sidecar.settle.answers import (
     Returned,
     Unwritable,
 )
-from sidecar.settle.backoff import Backoff
 from sidecar.settle.holds import (
     DEAD_LETTER_SHARE,
     DEADLINE_SLACK_S,

@@ -11,14 +11,20 @@ import pytest
 from sidecar.contract import ERROR, ORIGINAL_USER_ID, Policy, Publishers, Reject, Relay
 from sidecar.errors import WireError
 from sidecar.settle.holds import delivery_limit_reached, slow_confirm
-from sidecar.settle.settlement import (
-    DEFAULT_DELIVERY_LIMIT,
-    DELIVERY_COUNT,
+from sidecar.settle.quarantine_format import (
     ORIGINAL_ERROR,
     ORIGINAL_HEADER_BYTES,
     ORIGINAL_HEADERS,
     QUARANTINED_FROM,
     SHORT_REASON_MAX,
+    fallbacks,
+    original_headers,
+    quarantine_copy,
+    reason_only,
+)
+from sidecar.settle.settlement import (
+    DEFAULT_DELIVERY_LIMIT,
+    DELIVERY_COUNT,
     Copy,
     DeadLetter,
     Done,
@@ -30,11 +36,8 @@ from sidecar.settle.settlement import (
     bounded,
     internal_error,
     log_origin,
-    original_headers,
     plan_delivery,
-    quarantine_copy,
     reason_kind,
-    reason_only,
     same_table,
     unencodable,
     unwritable_quarantine,
@@ -327,6 +330,14 @@ def test_a_quarantine_copy_moves_a_foreign_user_id_and_bounds_the_reason() -> No
     assert "user_id" not in properties
     assert headers[ORIGINAL_USER_ID] == "other"
     assert headers[ERROR] == "r" * 4096 + "... (904 more characters)"
+
+
+def test_the_fallbacks_are_the_reason_alone_then_cut_to_the_smallest_frame() -> None:
+    error = ValueError("frame too large")
+    larger, smaller = fallbacks("x" * 5000, error, "q")
+    assert larger == reason_only("x" * 5000, error, "q", short=False)
+    assert smaller == reason_only("x" * 5000, error, "q", short=True)
+    assert len(str(smaller)) < len(str(larger))
 
 
 @pytest.mark.parametrize("short", [False, True])

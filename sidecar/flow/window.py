@@ -15,7 +15,15 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["GROWTH", "START_WINDOW", "in_flight_window", "next_window", "refill"]
+__all__ = [
+    "GROWTH",
+    "START_WINDOW",
+    "grows_on",
+    "in_flight_window",
+    "next_window",
+    "refill",
+    "stops_growing",
+]
 
 START_WINDOW: Final = 1  # a channel's first window: nothing is known of its bodies yet
 GROWTH: Final = 64  # how much a window grows in one step (1, 64, 512)
@@ -61,6 +69,26 @@ def refill(*, old: int, new: int, allowed: int, in_flight: int) -> int:
     old window held.
     """
     return max(0, min(new, max(old, allowed) - in_flight))
+
+
+def stops_growing(*, seen: int, current: int) -> bool:
+    """Return whether a window with no growth due may stop asking for one on its channel.
+
+    ``seen`` bodies since the window was set, ``current`` its size: once a whole window was
+    seen and still no growth is due, none can come later either (the allowed window only
+    shrinks as larger bodies come).
+    """
+    return seen >= current
+
+
+def grows_on(*, may_grow: bool, whole: bool) -> bool:
+    """Return whether a channel's window may still grow after a re-consume.
+
+    ``whole``: the new consumer started with the whole window it asked for. One that had to
+    start smaller (deliveries held in flight past the refill's wait) keeps that window on
+    its channel: the next growth would wait for the same held deliveries again.
+    """
+    return may_grow and whole
 
 
 def _power_of_two_at_most(n: int) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from sidecar.settle.backoff import Backoff
+from sidecar.flow.backoff import Backoff
 
 
 def test_each_delay_is_half_fixed_half_random_within_its_step() -> None:

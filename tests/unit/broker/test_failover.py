@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sidecar.wire import BrokerAddress, Failover
+from sidecar.broker import BrokerAddress, Failover
 
 NODES = tuple(BrokerAddress.parse(f"amqp://relay:pw@rabbit-{i}/") for i in range(3))
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 # Read at run time too: the compiled build (scripts/compile) builds the dataclass below
 # from its annotations.
-from sidecar.wire.address import BrokerAddress  # noqa: TC001
+from sidecar.broker.address import BrokerAddress  # noqa: TC001
 
 if TYPE_CHECKING:
     import random

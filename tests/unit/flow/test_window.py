@@ -1,4 +1,4 @@
-"""A route's in-flight window, table by table: settle.window, and the relay's InFlightWindow."""
+"""A route's in-flight window, table by table: flow.window, and the relay's InFlightWindow."""
 
 from __future__ import annotations
 
@@ -6,8 +6,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sidecar.flow.window import (
+    START_WINDOW,
+    grows_on,
+    in_flight_window,
+    next_window,
+    refill,
+    stops_growing,
+)
 from sidecar.relay.consumer import InFlightWindow
-from sidecar.settle.window import START_WINDOW, in_flight_window, next_window, refill
 
 MIB = 2**20
 BUDGET = 64 * MIB
@@ -235,3 +242,19 @@ def test_a_shrink_given_up_for_now_is_asked_for_again_at_the_next_body() -> None
     window.note(1024)
     assert window.wanted.is_set()
     assert window.target() == 8
+
+
+def test_a_window_stops_asking_to_grow_once_a_whole_window_brought_no_growth() -> None:
+    assert not stops_growing(seen=7, current=8)
+    assert stops_growing(seen=8, current=8)
+    assert stops_growing(seen=9, current=8)
+
+
+@pytest.mark.parametrize(
+    ("may_grow", "whole", "grows"),
+    [(True, True, True), (True, False, False), (False, True, False), (False, False, False)],
+)
+def test_a_window_started_smaller_than_asked_keeps_it_on_its_channel(
+    *, may_grow: bool, whole: bool, grows: bool
+) -> None:
+    assert grows_on(may_grow=may_grow, whole=whole) is grows

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sidecar.broker import BrokerAddress, Secret, host_port, mask_url
 from sidecar.errors import BrokerAddressError
-from sidecar.wire import BrokerAddress, Secret, host_port, mask_url
 
 
 @pytest.mark.parametrize(
