@@ -53,6 +53,8 @@ CAPABILITIES: Final = {
     "authentication_failure_close": True,  # a wrong password is a reason, not a reset
 }
 _SHORTSTR_MAX: Final = 255
+# RabbitMQ 4.1 and later refuse a frame_max under 8 KiB (AMQP 0-9-1 allows 4 KiB).
+BROKER_FRAME_MIN: Final = 8192
 
 
 class Control:
@@ -256,9 +258,24 @@ async def handshake(
     )
     link.write(pamqp_frame.marshal(tune_ok, 0))
     link.write(pamqp_frame.marshal(spec.Connection.Open(virtual_host=address.vhost), 0))
-    await control.next(spec.Connection.OpenOk)
+    try:
+        await control.next(spec.Connection.OpenOk)
+    except (BrokerConnectionError, ConnectionError) as e:
+        if tuned.frame_max < BROKER_FRAME_MIN:
+            raise _frames_too_small(tuned.frame_max, e) from e
+        raise
     control.mechanism = mechanism
     return tuned
+
+
+def _frames_too_small(frame_max: int, error: BaseException) -> BrokerConnectionError:
+    """Return the connect error of a handshake ended after asking for frames under 8 KiB."""
+    return BrokerConnectionError(
+        f"the broker ended the connection after tune-ok ({error}); the URL asks for"
+        f" frame_max={frame_max}, and RabbitMQ 4.1 and later end a connection that asks for"
+        f" less than {BROKER_FRAME_MIN}: raise the URL's frame_max to {BROKER_FRAME_MIN} or"
+        " more, or leave it out"
+    )
 
 
 def connection_close() -> bytes:

@@ -181,3 +181,20 @@ async def test_closing_while_the_broker_blocks_waits_for_no_close_ok(
             assert channel.number in connection._link.channels
             await connection.close()
         assert not connection.is_open
+
+
+def drop(_channel: int, _method: object) -> list[tuple[int, object]]:
+    """An answer that ends the connection with no close: RabbitMQ 4.3 to frame_max=4096."""
+    raise ConnectionResetError("dropped by the scripted broker")
+
+
+@pytest.mark.parametrize(("frame_max", "named"), [(4096, True), (8192, False)])
+async def test_a_connection_ended_after_asking_for_small_frames_says_to_raise_them(
+    frame_max: int, *, named: bool
+) -> None:
+    """Under 8,192 bytes a frame, the error names the URL's frame_max and what 4.1+ wants."""
+    async with ScriptedBroker(answers={"Connection.Open": drop}) as server:
+        with pytest.raises(ConnectFailedError) as e:
+            await connected(server, server.url(query=f"frame_max={frame_max}"))
+    said = str(e.value)
+    assert ("frame_max=4096" in said and "less than 8192" in said) is named, said
