@@ -2,7 +2,8 @@
 
 A route's in-flight window (slow start, bounded by its prefetch and byte budget, and the
 room a re-consume waits for: ``window``), the publish gate that probes a quiet connection
-before a copy goes out (``publish_gate``), and the backoff between retries (``backoff``).
+before a copy goes out (``publish_gate``), the backoff between retries (``backoff``), and
+a budget of so many a second (``rate_budget``: returned copies published again).
 Pure: no asyncio, socket, logging, clock or environment; the relay and the dialer carry
 out what these decide.
 """
@@ -19,6 +20,7 @@ from sidecar.flow.publish_gate import (
     admit,
     probe_again,
 )
+from sidecar.flow.rate_budget import RateBudget
 from sidecar.flow.window import (
     START_WINDOW,
     grows_on,
@@ -36,6 +38,7 @@ __all__ = [
     "Admit",
     "Backoff",
     "GateState",
+    "RateBudget",
     "admit",
     "backoff_s",
     "grows_on",

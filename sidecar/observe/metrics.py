@@ -1,10 +1,10 @@
-"""The sidecar's Prometheus metrics: the only module that knows metric names and label names.
+"""The sidecar's Prometheus metrics: with ``process_series``, the one place of metric names.
 
 Everything is registered on the ``CollectorRegistry`` handed to ``Metrics``, never at
 import time and never on the global registry; every series exists at zero from the first
 scrape (process-wide at start, a route's in ``add_route``). ``Metrics`` is the one face:
 it owns each route's settlement series and hands the drift series (``_Violations``) and
-the process-wide ones (``_ProcessSeries``) to a class each.
+the process-wide ones (``observe.process_series``) to a class each.
 
 Labels are bounded: never a message id, a raw unknown header name or a hostname. Writes
 come from the event loop only; a scrape on the HTTP thread reads through
@@ -15,7 +15,6 @@ numbers copied under the GIL.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from prometheus_client import Counter, Gauge
@@ -29,6 +28,7 @@ from sidecar.contract import (
     Kind,
     ProducerLabels,
 )
+from sidecar.observe.process_series import PREFIX, ProcessSeries, ReloadResult
 from sidecar.observe.series import Cell, PlainCounters, SettledSeries, Tally
 from sidecar.settle import Outcome
 
@@ -38,8 +38,6 @@ if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
 __all__ = ["DRIFT_VIOLATIONS", "RELAY_SECONDS_BUCKETS", "Metrics", "Outcome", "ReloadResult"]
-
-PREFIX = "acemq_sidecar_"
 
 # Consume -> confirm: a local broker confirms in well under a millisecond, a loaded or
 # remote one in tens of milliseconds, and anything past 10 s is an incident, not a latency.
@@ -71,17 +69,6 @@ DRIFT_VIOLATIONS: tuple[tuple[str, str], ...] = (
 )
 
 
-# Why a span was not exported: the ``reason`` label of trace_spans_dropped_total.
-SPAN_DROP_REASONS = ("queue_full", "export_failed")
-
-
-class ReloadResult(StrEnum):
-    """What a route map reload did; the values are the ``result`` label."""
-
-    APPLIED = "applied"
-    REFUSED = "refused"
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _RouteSeries:
     """One route's labelled children, resolved once so the hot path skips ``.labels``."""
@@ -89,6 +76,8 @@ class _RouteSeries:
     settled: Tally  # messages_total and relay_seconds
     route_up: Gauge
     retried_copies: Counter
+    returns_sent: Counter  # return_retries_total{result="sent"}
+    returns_routed: Counter  # return_retries_total{result="routed"}
     dead_lettered: Counter
     trace_context_invalid: Counter
 
@@ -144,33 +133,8 @@ class Metrics:
             ["route"],
             registry=registry,
         )
-        self._retried_copies = Counter(
-            f"{PREFIX}retried_copies_total",
-            "Copies published again after the broker nacked one or lost it with its channel"
-            " before the confirm: each may have reached some queues already, so each may be"
-            " a duplicate downstream (same x-acemq-id). Bounded per message by"
-            " broker.nack_retry.",
-            ["route"],
-            registry=registry,
-        )
-        self._dead_lettered = Counter(
-            f"{PREFIX}dead_lettered_total",
-            "Staging messages rejected (requeue=false) because neither the target nor the"
-            " quarantine exchange took them before the broker's consumer_timeout: the broker"
-            " dead-letters them to the staging queue's dead-letter exchange, or drops them"
-            " when it has none. Any rise needs an operator (see the log).",
-            ["route"],
-            registry=registry,
-        )
-        self._trace_context_invalid = Counter(
-            f"{PREFIX}trace_context_invalid_total",
-            "Staging messages whose traceparent header is not W3C trace context (tracing"
-            " on only): the header is ignored and relayed as it came, the message's span"
-            " starts a trace of its own. A rise names a producer writing it wrong.",
-            ["route"],
-            registry=registry,
-        )
-        self._process = _ProcessSeries(registry, version=version, contract=contract)
+        self._counters = _RouteCounters(registry)
+        self._process = ProcessSeries(registry, version=version, contract=contract)
         self._routes: dict[str, _RouteSeries] = {}
         # Messages in flight per route: a plain int the in_flight gauge reads at scrape
         # time, so a delivery costs two integer additions, not two locked gauge updates.
@@ -193,9 +157,7 @@ class Metrics:
         self._in_flight.remove(route)
         del self._in_flight_counts[route]
         self._route_up.remove(route)
-        self._retried_copies.remove(route)
-        self._dead_lettered.remove(route)
-        self._trace_context_invalid.remove(route)
+        self._counters.remove(route)
         self._drift.remove_route(route)
 
     def observe_message(self, route: str, outcome: Outcome, seconds: float) -> None:
@@ -238,6 +200,11 @@ class Metrics:
         series = self._routes.get(route) or self._series(route)
         series.retried_copies.inc()
 
+    def count_return_retry(self, route: str, *, routed: bool) -> None:
+        """Count a returned copy published again, or (``routed``) such a copy then taken."""
+        series = self._routes.get(route) or self._series(route)
+        (series.returns_routed if routed else series.returns_sent).inc()
+
     def count_dead_lettered(self, route: str) -> None:
         """Count one staging message rejected to its queue's dead-letter exchange."""
         series = self._routes.get(route) or self._series(route)
@@ -269,12 +236,15 @@ class Metrics:
         series = self._routes.get(route)
         if series is not None:
             return series
+        counters = self._counters
         series = _RouteSeries(
             settled=self._settled.add_route(route),
             route_up=self._route_up.labels(route),
-            retried_copies=self._retried_copies.labels(route),
-            dead_lettered=self._dead_lettered.labels(route),
-            trace_context_invalid=self._trace_context_invalid.labels(route),
+            retried_copies=counters.retried_copies.labels(route),
+            returns_sent=counters.return_retries.labels(route, "sent"),
+            returns_routed=counters.return_retries.labels(route, "routed"),
+            dead_lettered=counters.dead_lettered.labels(route),
+            trace_context_invalid=counters.trace_context_invalid.labels(route),
         )
         counts = self._in_flight_counts
         counts[route] = 0
@@ -282,6 +252,55 @@ class Metrics:
         self._routes[route] = series
         self._drift.add_route(route)
         return series
+
+
+class _RouteCounters:
+    """A route's counters of copies sent again or not at all, and of bad trace context."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.retried_copies = Counter(
+            f"{PREFIX}retried_copies_total",
+            "Copies published again after the broker nacked one or lost it with its channel"
+            " before the confirm: each may have reached some queues already, so each may be"
+            " a duplicate downstream (same x-acemq-id). Bounded per message by"
+            " broker.nack_retry.",
+            ["route"],
+            registry=registry,
+        )
+        self.return_retries = Counter(
+            f"{PREFIX}return_retries_total",
+            "Copies the broker returned as unroutable and the sidecar published again"
+            " (result=sent), and those of them a binding then took (result=routed): a"
+            " binding one cluster node had not yet seen (Khepri). Bounded by"
+            " broker.return_retry; after that the message goes to quarantine as unroutable.",
+            ["route", "result"],
+            registry=registry,
+        )
+        self.dead_lettered = Counter(
+            f"{PREFIX}dead_lettered_total",
+            "Staging messages rejected (requeue=false) because neither the target nor the"
+            " quarantine exchange took them before the broker's consumer_timeout: the broker"
+            " dead-letters them to the staging queue's dead-letter exchange, or drops them"
+            " when it has none. Any rise needs an operator (see the log).",
+            ["route"],
+            registry=registry,
+        )
+        self.trace_context_invalid = Counter(
+            f"{PREFIX}trace_context_invalid_total",
+            "Staging messages whose traceparent header is not W3C trace context (tracing"
+            " on only): the header is ignored and relayed as it came, the message's span"
+            " starts a trace of its own. A rise names a producer writing it wrong.",
+            ["route"],
+            registry=registry,
+        )
+
+    def remove(self, route: str) -> None:
+        """Remove the series of ``route``."""
+        self.retried_copies.remove(route)
+        for result in ("sent", "routed"):
+            self.return_retries.remove(route, result)
+        self.dead_lettered.remove(route)
+        self.trace_context_invalid.remove(route)
 
 
 class _Violations:
@@ -357,73 +376,3 @@ class _Violations:
             child = self._violations.labels(*key)
             self._violation_children[key] = child
         return child
-
-
-class _ProcessSeries:
-    """The process-wide series: the connection, the broker's block, reconnects, reloads."""
-
-    def __init__(self, registry: CollectorRegistry, *, version: str, contract: str) -> None:
-        self._broker_connected = Gauge(
-            f"{PREFIX}broker_connected",
-            "1 while the AMQP connection to the broker is open; 0 while connecting or"
-            " reconnecting (every route is stopped then).",
-            registry=registry,
-        )
-        self._broker_blocked = Gauge(
-            f"{PREFIX}broker_blocked",
-            "1 while the broker blocks the connection (connection.blocked: a memory or disk"
-            " alarm): nothing is published, /readyz gives the broker's reason.",
-            registry=registry,
-        )
-        self._broker_blocked.set(0)
-        self._reconnects = Counter(
-            f"{PREFIX}reconnects_total",
-            "AMQP connections re-established after one was lost (the first connect is not"
-            " counted); unacked messages are redelivered after each.",
-            registry=registry,
-        )
-        reloads = Counter(
-            f"{PREFIX}config_reloads_total",
-            "Route map reloads (SIGHUP or a changed file), by result: applied, or refused"
-            " because the new map is invalid (the old one keeps running; see the log).",
-            ["result"],
-            registry=registry,
-        )
-        build_info = Gauge(
-            f"{PREFIX}build_info",
-            "Always 1; the labels name the running sidecar version and the AceMQ envelope"
-            " contract version it enforces.",
-            ["version", "contract"],
-            registry=registry,
-        )
-        build_info.labels(version=version, contract=contract).set(1)
-        self._reloads = {result: reloads.labels(result=result) for result in ReloadResult}
-        dropped = Counter(
-            f"{PREFIX}trace_spans_dropped_total",
-            "Spans not exported (tracing on only), by reason: queue_full = the bounded export"
-            " queue was full (the collector is slower than the relay, or down), export_failed"
-            " = the collector did not take a batch. The relay never waits for the collector.",
-            ["reason"],
-            registry=registry,
-        )
-        self._dropped = {reason: dropped.labels(reason=reason) for reason in SPAN_DROP_REASONS}
-
-    def set_broker_connected(self, *, connected: bool) -> None:
-        """Record whether the AMQP connection is open."""
-        self._broker_connected.set(1 if connected else 0)
-
-    def watch_broker_blocked(self, is_blocked: Callable[[], bool]) -> None:
-        """Read ``broker_blocked`` from ``is_blocked`` at every scrape (from any thread)."""
-        self._broker_blocked.set_function(lambda: 1.0 if is_blocked() else 0.0)
-
-    def count_reconnect(self) -> None:
-        """Count one connection re-established after a loss."""
-        self._reconnects.inc()
-
-    def count_reload(self, result: ReloadResult) -> None:
-        """Count one route map reload with its result."""
-        self._reloads[result].inc()
-
-    def count_spans_dropped(self, reason: str, count: int) -> None:
-        """Count ``count`` spans not exported for ``reason``."""
-        self._dropped[reason].inc(count)

@@ -19,7 +19,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from sidecar.contract import Policy
-from sidecar.flow import backoff_s
+from sidecar.flow import RateBudget, backoff_s
 from sidecar.relay.last_action import LastAction
 from sidecar.relay.passing_rounds import PassingRounds
 from sidecar.relay.publisher import CONFIRM_TIMEOUT_S, PlanPublisher
@@ -64,15 +64,19 @@ class Settler:
         route = self.route = context.route
         self._target = _target_of(context)
         rng = context.rng
+        self._clock = context.clock
+        self.monotonic = monotonic = context.clock.monotonic
+        returns = RateBudget(route.limits.return_max_per_s)
         self.rules = Rules(
             limits=_limits_of(route),
             exchange=route.exchange,
             quarantine_exchange=context.quarantine_exchange,
             route=route.name,
             backoff=lambda holds: backoff_s(holds, rng=rng),
+            returns_retried=route.limits.return_max_attempts,
+            return_delay_s=route.limits.return_delay_s,
+            may_retry_return=lambda: returns.take(monotonic()),
         )
-        self._clock = context.clock
-        self.monotonic = context.clock.monotonic
         self._new_id = context.new_id
         self.stop = stop
         self.tasks = tasks if tasks is not None else RouteTasks(route.name)

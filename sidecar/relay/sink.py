@@ -13,7 +13,16 @@ from typing import TYPE_CHECKING, assert_never
 
 from sidecar.contract import producer_of
 from sidecar.relay.state import HeldDelivery
-from sidecar.settle import Bug, Held, Left, Quarantined, RetriedCopy, Violations
+from sidecar.settle import (
+    Bug,
+    Held,
+    Left,
+    Quarantined,
+    RetriedCopy,
+    ReturnRetried,
+    RoutedOnRetry,
+    Violations,
+)
 
 if TYPE_CHECKING:
     from sidecar.amqp import AckChannel
@@ -75,6 +84,10 @@ class RouteSink:
                     held.take(reason)
                 case RetriedCopy():
                     self._metrics.count_retried_copy(route)
+                case ReturnRetried():
+                    self._metrics.count_return_retry(route, routed=False)
+                case RoutedOnRetry():
+                    self._metrics.count_return_retry(route, routed=True)
                 case Violations(verdict=verdict):
                     producer = producer_of(
                         delivery.headers, delivery.properties, publishers=self._publishers

@@ -110,6 +110,11 @@ class HttpConfig:
 DEFAULT_CONSUMER_TIMEOUT_S = 1800.0
 DEFAULT_NACK_MAX_ATTEMPTS = 10
 DEFAULT_NACK_MAX_S = 300.0
+# A returned copy is published again twice (after 0.2 s, then 0.4 s), at most 10 a second
+# a route: a binding a Khepri node has not seen yet (settle.returns).
+DEFAULT_RETURN_MAX_ATTEMPTS = 2
+DEFAULT_RETURN_DELAY_S = 0.2
+DEFAULT_RETURN_MAX_PER_S = 10.0
 # The chart's memory limit is 256 MiB; a message in flight costs about twice its size in
 # the process (the delivery and its copy's frames), and the rest is the sidecar itself.
 DEFAULT_MAX_IN_FLIGHT_BYTES = 64 * 1024 * 1024
@@ -125,6 +130,9 @@ class RouteLimits:
     ``nack_max_s`` bound the retries of a copy the broker nacks (each may duplicate it).
     ``max_in_flight_bytes`` bounds the bodies in flight on one route; a body over
     ``max_body_bytes`` (None: no limit) is not held but passed through to quarantine.
+    ``return_*``: a returned copy is published again at most ``return_max_attempts``
+    times, first after ``return_delay_s`` (then doubled), at most ``return_max_per_s``
+    a second on the route.
     """
 
     consumer_timeout_s: float = DEFAULT_CONSUMER_TIMEOUT_S
@@ -132,6 +140,9 @@ class RouteLimits:
     nack_max_s: float = DEFAULT_NACK_MAX_S
     max_in_flight_bytes: int = DEFAULT_MAX_IN_FLIGHT_BYTES
     max_body_bytes: int | None = None
+    return_max_attempts: int = DEFAULT_RETURN_MAX_ATTEMPTS
+    return_delay_s: float = DEFAULT_RETURN_DELAY_S
+    return_max_per_s: float = DEFAULT_RETURN_MAX_PER_S
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -353,6 +353,9 @@ def _build(file: RouteMapFile) -> RouteMap:
         consumer_timeout_s=broker.consumer_timeout_s,
         nack_max_attempts=broker.nack_retry.max_attempts,
         nack_max_s=broker.nack_retry.max_s,
+        return_max_attempts=broker.return_retry.max_attempts,
+        return_delay_s=broker.return_retry.delay_s,
+        return_max_per_s=broker.return_retry.max_per_s,
         max_in_flight_bytes=broker.max_in_flight_bytes,
         max_body_bytes=broker.max_body_bytes,
     )

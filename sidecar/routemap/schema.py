@@ -31,6 +31,9 @@ from sidecar.routemap.model import (
     DEFAULT_MAX_IN_FLIGHT_BYTES,
     DEFAULT_NACK_MAX_ATTEMPTS,
     DEFAULT_NACK_MAX_S,
+    DEFAULT_RETURN_DELAY_S,
+    DEFAULT_RETURN_MAX_ATTEMPTS,
+    DEFAULT_RETURN_MAX_PER_S,
     LogLevel,
     Mode,
     TraceLink,
@@ -175,6 +178,18 @@ class _NackRetryFile(_Strict):
     ] = DEFAULT_NACK_MAX_S
 
 
+class _ReturnRetryFile(_Strict):
+    max_attempts: Annotated[int, Field(ge=0, le=10), BeforeValidator(_refuse_bool)] = (
+        DEFAULT_RETURN_MAX_ATTEMPTS
+    )
+    delay_s: Annotated[
+        float, Field(gt=0, le=10, allow_inf_nan=False), BeforeValidator(_refuse_bool)
+    ] = DEFAULT_RETURN_DELAY_S
+    max_per_s: Annotated[
+        float, Field(ge=0, le=100_000, allow_inf_nan=False), BeforeValidator(_refuse_bool)
+    ] = DEFAULT_RETURN_MAX_PER_S
+
+
 class _BrokerFile(_Strict):
     # parse_route_map fills in DEFAULT_BROKER_URL, interpolated, unless urls is set.
     url: _BrokerUrl | None = None
@@ -194,6 +209,7 @@ class _BrokerFile(_Strict):
         float, Field(ge=1, le=7 * 86400, allow_inf_nan=False), BeforeValidator(_refuse_bool)
     ] = DEFAULT_CONSUMER_TIMEOUT_S
     nack_retry: _NackRetryFile = _NackRetryFile()
+    return_retry: _ReturnRetryFile = _ReturnRetryFile()
     max_in_flight_bytes: Annotated[
         int, Field(ge=65536, le=2**40), BeforeValidator(_refuse_bool)
     ] = DEFAULT_MAX_IN_FLIGHT_BYTES

@@ -1,9 +1,10 @@
 """What becomes of one delivery, decided without I/O.
 
 The plan, the broker's answer read (each answer to each plan: ``readings``, a table),
-the holds and their bounds, the quarantine copy's format. Pure: no asyncio, socket,
-logging, clock or environment; the relay carries out what these decide. How fast the
-relay may go (its window, the publish gate, the backoff) is ``sidecar.flow``'s.
+the holds and their bounds, a returned copy published again (``returns``), the quarantine
+copy's format. Pure: no asyncio, socket, logging, clock or environment; the relay carries
+out what these decide. How fast the relay may go (its window, the publish gate, the
+backoff, the budget of returned copies published again) is ``sidecar.flow``'s.
 """
 
 from __future__ import annotations
@@ -17,6 +18,17 @@ from sidecar.settle.answers import (
     Lost,
     Refused,
     Unwritable,
+)
+from sidecar.settle.events import (
+    Bug,
+    Event,
+    Held,
+    Left,
+    Quarantined,
+    RetriedCopy,
+    ReturnRetried,
+    RoutedOnRetry,
+    Violations,
 )
 from sidecar.settle.holds import (
     QUARANTINE_SHARE,
@@ -54,19 +66,12 @@ from sidecar.settle.step import (
     BUG_REASON,
     Ack,
     Attempt,
-    Bug,
     DeadLetter,
-    Event,
     GiveBack,
-    Held,
-    Left,
     LetGo,
     Publish,
-    Quarantined,
     Requeue,
-    RetriedCopy,
     Step,
-    Violations,
     Wait,
     WaitUnblocked,
     after,
@@ -107,6 +112,8 @@ __all__ = [
     "Refused",
     "Requeue",
     "RetriedCopy",
+    "ReturnRetried",
+    "RoutedOnRetry",
     "Rules",
     "Step",
     "Target",

@@ -13,7 +13,6 @@ delivery has been held and the backoff's next delay come in as numbers.
 
 from __future__ import annotations
 
-import builtins  # noqa: TC003 - a compiled dataclass loads its annotations at run time
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Final, TypeAlias, assert_never
@@ -26,6 +25,17 @@ from sidecar.settle.answers import (
     Failed,
     Lost,
 )
+from sidecar.settle.events import (
+    Bug,
+    Event,
+    Held,
+    Left,
+    Quarantined,
+    RetriedCopy,
+    ReturnRetried,
+    RoutedOnRetry,
+    Violations,
+)
 from sidecar.settle.holds import after_hold, blocked, delivery_limit_reached
 from sidecar.settle.readings import (
     LOST_CHANNEL,
@@ -35,6 +45,7 @@ from sidecar.settle.readings import (
     decision_for,
     plan_kind,
 )
+from sidecar.settle.returns import return_retry_delay, unroutable_after
 from sidecar.settle.settlement import (
     Alone,
     DeadLetter,
@@ -49,7 +60,6 @@ from sidecar.settle.settlement import (
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from sidecar.contract import Verdict
     from sidecar.settle.holds import HoldLimits
     from sidecar.settle.rules import Rules
     from sidecar.settle.settlement import Decision, Plan, Target
@@ -61,19 +71,12 @@ __all__ = [
     "Ack",
     "Action",
     "Attempt",
-    "Bug",
     "DeadLetter",
-    "Event",
     "GiveBack",
-    "Held",
-    "Left",
     "LetGo",
     "Publish",
-    "Quarantined",
     "Requeue",
-    "RetriedCopy",
     "Step",
-    "Violations",
     "Wait",
     "WaitUnblocked",
     "after",
@@ -163,53 +166,6 @@ class Requeue:
 Action: TypeAlias = Publish | Wait | WaitUnblocked | Ack | DeadLetter | GiveBack | LetGo | Requeue
 
 
-# --- what the step saw, for the settler's sink ---------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Violations:
-    """The contract found violations in the delivery: counted and logged."""
-
-    verdict: Verdict
-
-
-@dataclass(frozen=True, slots=True)
-class Held:
-    """The delivery is held for ``reason``: the route pauses and says it."""
-
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class RetriedCopy:
-    """A copy goes out again that the broker may already have routed somewhere."""
-
-
-@dataclass(frozen=True, slots=True)
-class Quarantined:
-    """The delivery's quarantine copy was confirmed, for ``reason``."""
-
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class Bug:
-    """An unexpected exception ``while_`` doing something: logged with its traceback."""
-
-    while_: str
-    error: builtins.Exception  # named by module: mypyc looks a bare builtin up in globals
-
-
-@dataclass(frozen=True, slots=True)
-class Left:
-    """The delivery was left to the broker (``reason``: the error that took its channel)."""
-
-    reason: str
-
-
-Event: TypeAlias = Violations | Held | RetriedCopy | Quarantined | Bug | Left
-
-
 # --- the state and the step ----------------------------------------------------------------
 
 
@@ -220,12 +176,20 @@ class Attempt:
     plan: Plan
     alone: bool  # publish on a channel of its own (once a refusal was ambiguous)
     holds: int  # publishes of this plan the broker held back
+    returns: int  # publishes of this plan the broker returned (settle.returns)
 
-    def __init__(self, plan: Plan, alone: bool = False, holds: int = 0) -> None:  # noqa: FBT001, FBT002
+    def __init__(
+        self,
+        plan: Plan,
+        alone: bool = False,  # noqa: FBT001, FBT002
+        holds: int = 0,
+        returns: int = 0,
+    ) -> None:
         """Set every field: frozen, so by ``object.__setattr__`` (compiled: a direct store)."""
         object.__setattr__(self, "plan", plan)
         object.__setattr__(self, "alone", alone)
         object.__setattr__(self, "holds", holds)
+        object.__setattr__(self, "returns", returns)
 
 
 @dataclass(frozen=True, slots=True, init=False)
@@ -246,6 +210,8 @@ class Step:
 _ACKS: Final = MappingProxyType({outcome: Ack(outcome) for outcome in Outcome})
 _LET_GO: Final = LetGo()
 _RETRIED: Final = (RetriedCopy(),)
+_RETURN_RETRIED: Final = (ReturnRetried(),)
+_ROUTED_ON_RETRY: Final = (RoutedOnRetry(),)
 
 
 def begin(delivery: Delivery, target: Target, *, now_ms: int, new_id: Callable[[], str]) -> Step:
@@ -304,6 +270,15 @@ def after(
         case Reading.BLOCKED:
             again = Step(Publish(plan, alone=attempt.alone), attempt)
             return Step(WaitUnblocked(again), attempt, (Held(blocked(_words(answer))),))
+        case Reading.UNROUTABLE:
+            returns = attempt.returns + 1
+            if (wait_s := return_retry_delay(returns, rules)) is not None:
+                returned = Attempt(plan, attempt.alone, attempt.holds, returns)
+                again = Step(Publish(plan, alone=returned.alone), returned)
+                return Step(Wait(wait_s, again), returned, _RETURN_RETRIED)
+            decision = decision_for(reading, answer, plan, rules, alone=attempt.alone)
+            if isinstance(decision, Quarantine):
+                decision = unroutable_after(decision, returns)
         case _:
             decision = decision_for(reading, answer, plan, rules, alone=attempt.alone)
     limits = rules.limits
@@ -377,11 +352,13 @@ def _next(
             events: tuple[Event, ...] = ()
             if isinstance(plan, Quarantine):
                 events = (Quarantined(plan.reason),)
+            elif attempt.returns:
+                events = _ROUTED_ON_RETRY
             return Step(_ACKS[outcome], attempt, events)
         case Quarantine():
             return _to_quarantine(attempt, decision, ())
         case Alone(may_duplicate=may_duplicate):
-            alone = Attempt(plan=attempt.plan, alone=True, holds=attempt.holds)
+            alone = Attempt(attempt.plan, True, attempt.holds, attempt.returns)
             return Step(Publish(alone.plan, alone=True), alone, _RETRIED if may_duplicate else ())
         case Hold():
             return _hold(decision, attempt, held_s=held_s, delay_s=delay_s, limits=limits)
@@ -396,7 +373,7 @@ def _hold(
 ) -> Step:
     """Hold the delivery: wait and publish the same plan again, or say where it goes now."""
     plan = attempt.plan
-    held = Attempt(plan=plan, alone=attempt.alone, holds=attempt.holds + 1)
+    held = Attempt(plan, attempt.alone, attempt.holds + 1, attempt.returns)
     events: tuple[Event, ...] = (Held(hold.reason),)
     then = after_hold(
         hold, plan, attempts=held.holds, held_s=held_s, delay_s=delay_s, limits=limits

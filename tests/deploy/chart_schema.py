@@ -60,6 +60,10 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
             " the broker will not take is quarantined at half of it, dead-lettered at 3/4."
         ),
         "nack_retry": "How often and how long a copy the broker nacks is retried.",
+        "return_retry": (
+            "How often a copy the broker returns as unroutable is published again before it"
+            " goes to quarantine (a binding a Khepri node has not seen yet)."
+        ),
         "max_in_flight_bytes": (
             "Bytes of message bodies in flight per route; keep 64Mi + routes x (this + the"
             " largest body) within the memory limit (docs/memory.md)."
@@ -72,6 +76,11 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
     "_NackRetryFile": {
         "max_attempts": "Publishes of a nacked copy before it goes to quarantine.",
         "max_s": "Seconds a nacked copy is retried before it goes to quarantine.",
+    },
+    "_ReturnRetryFile": {
+        "max_attempts": "Publishes again of a returned copy (0: quarantined at once).",
+        "delay_s": "Seconds before the first publish again; doubled for each after it.",
+        "max_per_s": "Returned copies a route publishes again a second, at most.",
     },
     "_MetricsFile": {
         "producers_per_route": "Distinct producer labels per route (the rest count as other).",

@@ -533,6 +533,47 @@ async def test_an_unroutable_copy_comes_back_and_is_quarantined_as_unroutable(
     )
 
 
+async def test_a_returned_copy_is_published_again_and_routed_once_bound(
+    versioned: VersionedNode, nb: Broker, sidecar_on_node: Sidecar
+) -> None:
+    """A copy returned while no binding takes its key goes out again and lands once bound.
+
+    The binding is made after the sidecar saw the return, as a Khepri node may see a new
+    binding a moment late (4.2+, a cluster): the retry is routed, nothing is quarantined,
+    and the metric says so. ``max_attempts`` 5 from 1 s (31 s in all) leaves the test time.
+    """
+    staging = await nb.queue("late.staging", **quorum_staging(versioned))
+    exchange = await nb.exchange("late.target")
+    target = await nb.queue("late.out")
+    quarantine, quarantined = await declare_quarantine(nb)
+    ids = make_ids("late", 3)
+    await publish_ids(nb, staging, ids)  # by the default exchange: key "late.staging", kept
+    sidecar_on_node.write(
+        route_map(
+            sidecar_on_node,
+            quarantine=quarantine,
+            routes=[route("late", staging, exchange)],
+            return_retry={"max_attempts": 5, "delay_s": 1.0, "max_per_s": 100},
+        )
+    )
+    await sidecar_on_node.start()
+
+    async def returned() -> bool:
+        metrics = await scrape(sidecar_on_node)
+        sent = metrics.value("acemq_sidecar_return_retries_total", route="late", result="sent")
+        return sent >= len(ids)
+
+    await eventually(returned, timeout_s=30, what="3 returns seen", context=sidecar_on_node.output)
+    await nb.bind(target, exchange, staging)
+    relayed = await take_every(nb, target, ids, sidecar=sidecar_on_node)
+    metrics = await scrape(sidecar_on_node)
+    routed = metrics.value("acemq_sidecar_return_retries_total", route="late", result="routed")
+    assert routed == len(ids), metrics.text
+    assert metrics.value("acemq_sidecar_messages_total", outcome="quarantined") == 0
+    assert await take_ids(nb, quarantined) == []
+    report(versioned, "a return retried", relayed=len(set(relayed)), routed_on_retry=routed)
+
+
 # --- what each way of giving a delivery back spends of a quorum queue's delivery limit -----
 
 GIVE_BACKS = ("basic.reject", "basic.nack", "channel.close", "connection.close")

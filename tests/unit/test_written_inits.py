@@ -18,8 +18,9 @@ import pytest
 from sidecar.amqp.content import Content
 from sidecar.amqp.stream import BodyStream
 from sidecar.contract.verdict import Kind, Relay, Violation
+from sidecar.settle.events import RetriedCopy
 from sidecar.settle.settlement import Copy, Outcome
-from sidecar.settle.step import Attempt, Publish, RetriedCopy, Step
+from sidecar.settle.step import Attempt, Publish, Step
 from sidecar.wire import BasicDeliver, ContentHeader, UndecodableTable
 from sidecar.wire.delivery import Delivery, UnreadBody, UnreadHeader
 from tests.compiled import is_compiled
@@ -39,7 +40,7 @@ DEFAULTS: dict[type[Any], dict[str, object]] = {
     Copy: {"content_header": None},
     Relay: {"stripped": ()},
     Publish: {},
-    Attempt: {"alone": False, "holds": 0},
+    Attempt: {"alone": False, "holds": 0, "returns": 0},
     Step: {"events": ()},
     BasicDeliver: {},
     ContentHeader: {},
@@ -94,7 +95,7 @@ SAMPLES: dict[type[Any], dict[str, object]] = {
     },
 }
 _COPY: dict[str, Any] = SAMPLES[Copy]
-_ATTEMPT: dict[str, Any] = {"plan": Copy(**_COPY), "alone": True, "holds": 2}
+_ATTEMPT: dict[str, Any] = {"plan": Copy(**_COPY), "alone": True, "holds": 2, "returns": 1}
 _DELIVER: dict[str, Any] = {
     "consumer_tag": "<tag>",
     "delivery_tag": 7,

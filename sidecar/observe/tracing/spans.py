@@ -51,6 +51,8 @@ from sidecar.settle import (
     Refused,
     Requeue,
     RetriedCopy,
+    ReturnRetried,
+    RoutedOnRetry,
     Unwritable,
     Violations,
 )
@@ -214,6 +216,10 @@ class _DeliverySpan:
                     span.add_event("acemq.held", {"acemq.reason": reason})
                 case RetriedCopy():
                     span.add_event("acemq.retried_copy")
+                case ReturnRetried():
+                    span.add_event("acemq.return_retried")
+                case RoutedOnRetry():
+                    span.add_event("acemq.routed_on_retry")
                 case Bug(while_=while_, error=error):
                     span.record_exception(error, {"acemq.while": while_})
                 case Left(reason=reason):

@@ -320,6 +320,7 @@ def test_only_the_documented_metric_names_exist(
         P + "config_reloads",
         P + "build_info",
         P + "retried_copies",
+        P + "return_retries",
         P + "dead_lettered",
         P + "broker_blocked",
         P + "trace_context_invalid",

@@ -24,7 +24,7 @@ from sidecar.observe.tracing.export import SdkTracing
 from sidecar.observe.tracing.spans import destination
 from sidecar.relay.lane import PublishLane
 from sidecar.relay.settler import Settler
-from sidecar.routemap import TraceLink, TraceParent, TracingConfig
+from sidecar.routemap import RouteLimits, TraceLink, TraceParent, TracingConfig
 from sidecar.wire import Delivery, PublishOutcome
 from tests.fakes import FakeBroker, FakeChannel
 from tests.fakes.route import CANONICAL, QUARANTINE, OrdersRoute, orders_route, settle_one
@@ -38,9 +38,13 @@ class Traced:
     """Route orders with tracing on, its settler, and the spans it exported."""
 
     def __init__(
-        self, config: TracingConfig | None = None, *, trace_header_values: bool = False
+        self,
+        config: TracingConfig | None = None,
+        *,
+        trace_header_values: bool = False,
+        limits: RouteLimits | None = None,
     ) -> None:
-        self.orders: OrdersRoute = orders_route()
+        self.orders: OrdersRoute = orders_route(limits=limits)
         self.exporter = InMemorySpanExporter()
         tracing = start_tracing(
             config or TracingConfig(),
@@ -174,7 +178,7 @@ async def test_a_route_that_opts_in_shows_the_header_value_on_the_event() -> Non
 
 
 async def test_a_quarantined_message_shows_why_and_both_copies() -> None:
-    traced = Traced()
+    traced = Traced(limits=RouteLimits(return_max_attempts=0))  # no retry of the return
     channel = await traced.settle([PublishOutcome.RETURNED, PublishOutcome.CONFIRMED], delivery())
     assert channel.acked == [7]
     spans = traced.by_name()
@@ -193,6 +197,22 @@ async def test_a_quarantined_message_shows_why_and_both_copies() -> None:
     )
     assert dict(quarantine.attributes or {})["acemq.publish.outcome"] == "confirmed"
     assert channel.sent[1].headers["traceparent"] == TRACEPARENT
+
+
+async def test_a_returned_copy_published_again_shows_on_the_span() -> None:
+    traced = Traced(limits=RouteLimits(return_max_attempts=1, return_delay_s=0.01))
+    answers = [PublishOutcome.RETURNED, PublishOutcome.CONFIRMED]
+    channel = await traced.settle(answers, delivery())
+    assert channel.acked == [7]
+    spans = traced.by_name()
+    (process,) = spans["process staging.orders"]
+    returned, routed = spans["send orders"]
+    assert dict(returned.attributes or {})["error.type"] == "returned"
+    assert dict(routed.attributes or {})["acemq.publish.outcome"] == "confirmed"
+    events = [e.name for e in process.events]
+    assert events.count("acemq.return_retried") == 1
+    assert events.count("acemq.routed_on_retry") == 1
+    assert dict(process.attributes or {})["acemq.verdict"] != "quarantined"
 
 
 @pytest.mark.parametrize("bad", ["00-zz-00f067aa0ba902b7-01", f"00-{'0' * 32}-{'0' * 16}-01"])

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from sidecar.errors import ChannelClosedError, MissingEntityError
 from sidecar.relay.lane import PublishLane
 from sidecar.relay.settler import Settler
+from sidecar.routemap import RouteLimits
 from sidecar.settle import BUG_REASON
 from sidecar.wire import Delivery, PublishOutcome
 from tests.fakes import FakeBroker, FakeChannel, FakeConnection
@@ -57,8 +58,8 @@ class HeldAcks(FakeChannel):
 class Route:
     """A settler of route orders with its consumer channel, connection and lane."""
 
-    def __init__(self, broker: FakeBroker) -> None:
-        orders = orders_route(monotonic=time.monotonic)
+    def __init__(self, broker: FakeBroker, *, limits: RouteLimits | None = None) -> None:
+        orders = self.orders = orders_route(monotonic=time.monotonic, limits=limits)
         self.stop = asyncio.Event()
         self.state: RouteState = orders.state
         self.settler = Settler(orders.context, state=orders.state, log=orders.log, stop=self.stop)
@@ -112,15 +113,56 @@ async def test_a_nacked_copy_goes_on_in_a_task_and_is_published_again() -> None:
     assert broker.exchanges == ["orders", "orders", "orders"]  # the nacked one, again
 
 
-async def test_a_returned_copy_goes_to_quarantine_then_is_acked() -> None:
+RETURNS_SOON = RouteLimits(return_max_attempts=2, return_delay_s=0.01)
+
+
+def return_retries(route: Route, result: str) -> float | None:
+    """The route's acemq_sidecar_return_retries_total of ``result``."""
+    labels = {"route": "orders", "result": result}
+    return route.orders.registry.get_sample_value("acemq_sidecar_return_retries_total", labels)
+
+
+async def test_a_copy_returned_each_time_goes_to_quarantine_then_is_acked() -> None:
+    """Published again twice (the route's return_retry), returned each time: unroutable."""
+    returned = [PublishOutcome.RETURNED] * 3
+    broker = FakeBroker(answers=[PublishOutcome.CONFIRMED, *returned])
+    route = Route(broker, limits=RETURNS_SOON)
+    await route.start()
+    route.offer(2)
+    await route.settled()
+    assert broker.exchanges == ["orders", "orders", "orders", "orders", QUARANTINE]
+    assert route.consumer.acked == [1, 2]
+    reason = str(broker.headers[4]["x-acemq-error"])
+    assert reason.startswith("unroutable: "), reason
+    assert reason.endswith("; returned on each of 2 retries"), reason
+    assert (return_retries(route, "sent"), return_retries(route, "routed")) == (2, 0)
+
+
+async def test_a_returned_copy_taken_when_published_again_is_relayed() -> None:
+    """A binding unseen for a moment (Khepri): the copy's next publish is routed."""
     broker = FakeBroker(answers=[PublishOutcome.CONFIRMED, PublishOutcome.RETURNED])
-    route = Route(broker)
+    route = Route(broker, limits=RETURNS_SOON)
+    await route.start()
+    route.offer(2)
+    await route.settled()
+    assert broker.exchanges == ["orders", "orders", "orders"]
+    assert route.consumer.acked == [1, 2]
+    assert (return_retries(route, "sent"), return_retries(route, "routed")) == (1, 1)
+    relayed = {"route": "orders", "outcome": "relayed"}
+    messages = route.orders.registry.get_sample_value("acemq_sidecar_messages_total", relayed)
+    assert messages == 2
+
+
+async def test_a_returned_copy_with_no_retries_goes_to_quarantine_at_once() -> None:
+    broker = FakeBroker(answers=[PublishOutcome.CONFIRMED, PublishOutcome.RETURNED])
+    route = Route(broker, limits=RouteLimits(return_max_attempts=0))
     await route.start()
     route.offer(2)
     await route.settled()
     assert broker.exchanges == ["orders", "orders", QUARANTINE]
     assert route.consumer.acked == [1, 2]
-    assert "unroutable" in str(broker.headers[2]["x-acemq-error"])
+    assert str(broker.headers[2]["x-acemq-error"]).startswith("unroutable: ")
+    assert return_retries(route, "sent") == 0
 
 
 async def test_a_refused_copy_is_tried_alone_then_quarantined_with_the_brokers_words() -> None:

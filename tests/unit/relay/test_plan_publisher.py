@@ -31,22 +31,12 @@ from sidecar.settle.answers import (
     Lost,
     Unwritable,
 )
+from sidecar.settle.events import Bug, Held, RetriedCopy
 from sidecar.settle.holds import HoldLimits
 from sidecar.settle.quarantine_format import reason_only
 from sidecar.settle.rules import Rules
 from sidecar.settle.settlement import DeadLetter, Plan, Quarantine
-from sidecar.settle.step import (
-    LOST_CHANNEL,
-    Attempt,
-    Bug,
-    GiveBack,
-    Held,
-    Publish,
-    RetriedCopy,
-    Step,
-    Wait,
-    after,
-)
+from sidecar.settle.step import LOST_CHANNEL, Attempt, GiveBack, Publish, Step, Wait, after
 from sidecar.wire import Delivery, PublishOutcome
 from tests.fakes import Answer as Scripted
 from tests.fakes import FakeBroker, FakeConnection

@@ -21,7 +21,7 @@ from sidecar.relay import state
 from sidecar.relay.lane import PublishLane
 from sidecar.relay.settler import Settler
 from sidecar.relay.state import RouteState
-from sidecar.routemap import Mode
+from sidecar.routemap import Mode, RouteLimits
 from sidecar.wire import Delivery, PublishOutcome
 from tests.compiled import is_compiled
 from tests.fakes import Answer, FakeBroker, FakeChannel
@@ -53,8 +53,13 @@ class Rig:
         )
 
 
-def make_rig(*, publishers: Publishers = Publishers.ACEMQ, mode: Mode = Mode.ENFORCE) -> Rig:
-    orders = orders_route(publishers=publishers, mode=mode)
+def make_rig(
+    *,
+    publishers: Publishers = Publishers.ACEMQ,
+    mode: Mode = Mode.ENFORCE,
+    limits: RouteLimits | None = None,
+) -> Rig:
+    orders = orders_route(publishers=publishers, mode=mode, limits=limits)
     stop = asyncio.Event()
     settler = Settler(orders.context, state=orders.state, log=orders.log, stop=stop)
     return Rig(settler=settler, state=orders.state, registry=orders.registry, stop=stop)
@@ -89,7 +94,7 @@ async def test_a_confirmed_copy_is_acked_and_counted_relayed() -> None:
 
 
 async def test_a_returned_copy_sends_the_original_to_quarantine_then_acks() -> None:
-    rig = make_rig()
+    rig = make_rig(limits=RouteLimits(return_max_attempts=0))  # not published again
     channel = one_channel([PublishOutcome.RETURNED, PublishOutcome.CONFIRMED])
     await rig.settle(channel, delivery())
     assert channel.exchanges == ["orders", QUARANTINE]

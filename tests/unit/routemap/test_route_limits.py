@@ -1,4 +1,4 @@
-"""The route map's broker limits: consumer_timeout_s, nack_retry and the bytes limits."""
+"""The route map's broker limits: consumer_timeout_s, nack_retry, return_retry, bytes."""
 
 from __future__ import annotations
 
@@ -22,6 +22,9 @@ def test_the_defaults_are_rabbitmqs_timeout_and_the_charts_memory() -> None:
         nack_max_s=300.0,
         max_in_flight_bytes=64 * 2**20,
         max_body_bytes=None,
+        return_max_attempts=2,
+        return_delay_s=0.2,
+        return_max_per_s=10.0,
     )
 
 
@@ -31,6 +34,7 @@ def test_every_route_takes_the_brokers_limits() -> None:
         "  nack_retry: {max_attempts: 3, max_s: 60}\n"
         "  max_in_flight_bytes: 1048576\n"
         "  max_body_bytes: 134217728\n"
+        "  return_retry: {max_attempts: 0, delay_s: 0.5, max_per_s: 0}\n"
     )
     assert limits == RouteLimits(
         consumer_timeout_s=5.0,
@@ -38,6 +42,9 @@ def test_every_route_takes_the_brokers_limits() -> None:
         nack_max_s=60.0,
         max_in_flight_bytes=2**20,
         max_body_bytes=128 * 2**20,
+        return_max_attempts=0,
+        return_delay_s=0.5,
+        return_max_per_s=0.0,
     )
 
 
@@ -49,6 +56,12 @@ def test_every_route_takes_the_brokers_limits() -> None:
             "routes.yaml:3: broker.nack_retry.max_attempts:",
         ),
         ("  nack_retry: {tries: 3}\n", "routes.yaml:3: broker.nack_retry.tries:"),
+        (
+            "  return_retry: {max_attempts: 11}\n",
+            "routes.yaml:3: broker.return_retry.max_attempts:",
+        ),
+        ("  return_retry: {delay_s: 0}\n", "routes.yaml:3: broker.return_retry.delay_s:"),
+        ("  return_retry: {max_per_s: -1}\n", "routes.yaml:3: broker.return_retry.max_per_s:"),
         ("  consumer_timeout_s: true\n", "routes.yaml:3: broker.consumer_timeout_s:"),
         ("  max_in_flight_bytes: 1000\n", "routes.yaml:3: broker.max_in_flight_bytes:"),
         ("  max_body_bytes: 1000\n", "routes.yaml:3: broker.max_body_bytes:"),

@@ -24,6 +24,7 @@ from sidecar.settle.answers import (
     Returned,
     Unwritable,
 )
+from sidecar.settle.events import Bug
 from sidecar.settle.holds import HoldLimits
 from sidecar.settle.readings import (
     ANSWER_KINDS,
@@ -37,7 +38,6 @@ from sidecar.settle.settlement import Copy, DeadLetter, Outcome, Plan, Quarantin
 from sidecar.settle.step import (
     Ack,
     Attempt,
-    Bug,
     GiveBack,
     LetGo,
     Publish,

@@ -32,6 +32,7 @@ from sidecar.settle.answers import (
     Returned,
     Unwritable,
 )
+from sidecar.settle.events import Bug, Held, Left, Quarantined, RetriedCopy, Violations
 from sidecar.settle.holds import (
     DEAD_LETTER_SHARE,
     DEADLINE_SLACK_S,
@@ -45,18 +46,12 @@ from sidecar.settle.step import (
     LOST_CHANNEL,
     Ack,
     Attempt,
-    Bug,
     DeadLetter,
     GiveBack,
-    Held,
-    Left,
     LetGo,
     Publish,
-    Quarantined,
     Requeue,
-    RetriedCopy,
     Step,
-    Violations,
     Wait,
     WaitUnblocked,
     after,
