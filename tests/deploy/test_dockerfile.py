@@ -434,6 +434,8 @@ def _passes_the_vectors_compiled(stage: BuildStage) -> None:
     _run(stage.env / "bin" / "acemq-sidecar", "--help")
 
 
+# The build stage and a whole mypyc build: minutes on a loaded 2-core machine.
+@pytest.mark.timeout(900)
 def test_the_compile_step_builds_the_images_environment_and_it_passes_the_vectors(
     build_stage: BuildStage,
 ) -> None:
@@ -454,6 +456,8 @@ def test_the_compile_step_builds_the_images_environment_and_it_passes_the_vector
     _passes_the_vectors_compiled(build_stage)
 
 
+# The build stage and a whole mypyc build: minutes on a loaded 2-core machine.
+@pytest.mark.timeout(900)
 def test_the_compile_step_keeps_a_compiler_installed_in_the_same_folder(
     build_stage: BuildStage,
 ) -> None:
