@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import subprocess
 from collections.abc import Callable
 from decimal import Decimal
@@ -721,3 +722,29 @@ async def test_at_the_smallest_frame_size_a_long_reject_still_reaches_quarantine
     assert "the original headers could not be written" in reason
     assert message.body == b"payload"
     assert await broker.depth(topo.staging) == 0
+
+
+@pytest.mark.version_changed("4.3")
+async def test_a_url_asking_for_4_kib_frames_is_told_to_ask_for_8_on_4_3(
+    broker: Broker,
+    run_sidecar: Callable[..., Any],
+    broker_version: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """RabbitMQ 4.1+ ends such a connection: the log names frame_max and the least it takes."""
+    if broker_version != "4.3":
+        pytest.skip("3.10 and 4.0 take 4,096-byte frames (the test above relays with them)")
+    topo = await make_topology(broker)
+    small_frames = f"{broker.url}?frame_max=4096"
+    text = one_route(broker, topo).replace(broker.url, small_frames)
+    caplog.set_level(logging.WARNING, logger="sidecar")
+
+    def told() -> bool:
+        return any(
+            "frame_max=4096" in record.getMessage() and "less than 8192" in record.getMessage()
+            for record in caplog.records
+        )
+
+    async with run_sidecar(text, ready=False) as running:
+        await wait_for(told, what="the connect error naming frame_max")
+        assert not running.service.readiness().ok
