@@ -176,4 +176,5 @@ def _target_of(context: RouteContext) -> Target:
         routing_key=route.routing_key,
         audit=route.mode is Mode.AUDIT,
         policy=Policy(publishers=route.publishers, origin=route.origin, login=context.login),
+        delivery_limit=route.delivery_limit,
     )

@@ -110,6 +110,8 @@ class HttpConfig:
 DEFAULT_CONSUMER_TIMEOUT_S = 1800.0
 DEFAULT_NACK_MAX_ATTEMPTS = 10
 DEFAULT_NACK_MAX_S = 300.0
+# A quorum queue's x-delivery-limit when none is set, from RabbitMQ 4.0 (settle.Target's).
+DEFAULT_STAGING_DELIVERY_LIMIT = 20
 # A returned copy is published again twice (after 0.2 s, then 0.4 s), at most 10 a second
 # a route: a binding a Khepri node has not seen yet (settle.returns).
 DEFAULT_RETURN_MAX_ATTEMPTS = 2
@@ -163,6 +165,9 @@ class Route:
     single_active_consumer: bool = False
     # A violation's span event may carry the header's value as received (tracing only).
     trace_header_values: bool = False
+    # The staging queue's x-delivery-limit (0: none): a delivery one return from it goes to
+    # quarantine rather than be dropped or dead-lettered by the broker at the next return.
+    delivery_limit: int = DEFAULT_STAGING_DELIVERY_LIMIT
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

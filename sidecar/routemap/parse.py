@@ -402,6 +402,7 @@ def _build(file: RouteMapFile) -> RouteMap:
                 limits=limits,
                 single_active_consumer=route.single_active_consumer,
                 trace_header_values=route.trace_header_values,
+                delivery_limit=route.delivery_limit,
             )
             for route in file.routes
         ),

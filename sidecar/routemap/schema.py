@@ -34,6 +34,7 @@ from sidecar.routemap.model import (
     DEFAULT_RETURN_DELAY_S,
     DEFAULT_RETURN_MAX_ATTEMPTS,
     DEFAULT_RETURN_MAX_PER_S,
+    DEFAULT_STAGING_DELIVERY_LIMIT,
     LogLevel,
     Mode,
     TraceLink,
@@ -248,6 +249,9 @@ class _RouteFile(_Strict):
     prefetch: _Prefetch | None = None
     single_active_consumer: bool = False
     trace_header_values: bool = False
+    delivery_limit: Annotated[int, Field(ge=0, le=1_000_000_000), BeforeValidator(_refuse_bool)] = (
+        DEFAULT_STAGING_DELIVERY_LIMIT
+    )
 
 
 def _otlp_endpoint(value: str | None) -> str | None:

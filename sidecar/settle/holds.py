@@ -211,8 +211,9 @@ def delivery_limit_reached(headers: Mapping[str, FieldValue], limit: int) -> str
         return None
     return (
         f"delivery limit: the broker has given this message back {spent} times"
-        f" ({DELIVERY_COUNT}); a quorum queue with x-delivery-limit {limit} (RabbitMQ 4.x's"
-        " default) drops or dead-letters it at the next return, so it is quarantined first."
+        f" ({DELIVERY_COUNT}); a quorum queue with x-delivery-limit {limit} (the route's"
+        " delivery_limit; RabbitMQ 4.x's default is 20) drops or dead-letters it at the next"
+        " return, so it is quarantined first."
         " Look for what keeps returning it: lost connections, the broker's consumer_timeout,"
         " a sidecar that crashes on it"
     )

@@ -99,6 +99,10 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
             "The staging queue has x-single-active-consumer: consume once, never re-consume."
         ),
         "trace_header_values": "A violation's span event carries the header's value too.",
+        "delivery_limit": (
+            "The staging queue's x-delivery-limit (20: RabbitMQ 4's quorum default; 0: none):"
+            " one return from it, a delivery goes to quarantine instead."
+        ),
     },
     "_TargetFile": {
         "exchange": 'The target exchange ("" for the default exchange).',

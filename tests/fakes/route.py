@@ -45,6 +45,7 @@ def orders_route(
     mode: Mode = Mode.ENFORCE,
     limits: RouteLimits | None = None,
     monotonic: Callable[[], float] = lambda: 0.0,
+    delivery_limit: int = 20,
 ) -> OrdersRoute:
     """Route orders (staging.orders to exchange orders), consuming, on a fixed clock."""
     route = Route(
@@ -57,6 +58,7 @@ def orders_route(
         mode=mode,
         prefetch=8,
         limits=limits or RouteLimits(),
+        delivery_limit=delivery_limit,
     )
     registry = CollectorRegistry()
     metrics = Metrics(registry, version="test", contract="1.1")

@@ -58,8 +58,11 @@ def make_rig(
     publishers: Publishers = Publishers.ACEMQ,
     mode: Mode = Mode.ENFORCE,
     limits: RouteLimits | None = None,
+    delivery_limit: int = 20,
 ) -> Rig:
-    orders = orders_route(publishers=publishers, mode=mode, limits=limits)
+    orders = orders_route(
+        publishers=publishers, mode=mode, limits=limits, delivery_limit=delivery_limit
+    )
     stop = asyncio.Event()
     settler = Settler(orders.context, state=orders.state, log=orders.log, stop=stop)
     return Rig(settler=settler, state=orders.state, registry=orders.registry, stop=stop)
@@ -239,3 +242,18 @@ async def test_a_delivery_that_arrives_while_its_channel_closes_publishes_nothin
     assert closing.acked == []
     assert closing.late == []
     assert rig.state.in_flight == 0
+
+
+@pytest.mark.parametrize(("limit", "quarantined"), [(5, True), (6, False), (0, False)])
+async def test_the_routes_delivery_limit_decides_the_last_return(
+    limit: int, *, quarantined: bool
+) -> None:
+    """4 returns spent: one from a limit of 5, quarantined; 6 or none (0): relayed."""
+    rig = make_rig(delivery_limit=limit)
+    channel = one_channel([PublishOutcome.CONFIRMED])
+    await rig.settle(channel, delivery({**CANONICAL, "x-delivery-count": 4}))
+    assert channel.exchanges == [QUARANTINE if quarantined else "orders"]
+    if quarantined:
+        reason = channel.sent[0].headers[ERROR]
+        assert reason.startswith("delivery limit: the broker has given this message back 4"), reason
+    assert channel.acked == [7]

@@ -72,3 +72,24 @@ def test_a_bad_limit_is_refused_with_file_and_line(broker: str, expected: str) -
     with pytest.raises(ConfigError) as caught:
         parse(broker)
     assert str(caught.value).startswith(expected), str(caught.value)
+
+
+def test_a_routes_delivery_limit_defaults_to_rabbitmq_4s_and_is_its_own() -> None:
+    text = (
+        "broker:\n  url: amqp://127.0.0.1/\nroutes:\n"
+        "  - {name: a, from: staging.a, to: {exchange: a}}\n"
+        "  - {name: b, from: staging.b, to: {exchange: b}, delivery_limit: 0}\n"
+        "  - {name: c, from: staging.c, to: {exchange: c}, delivery_limit: 5}\n"
+    )
+    routes = parse_route_map(text, source="routes.yaml", env={}).routes
+    assert [route.delivery_limit for route in routes] == [20, 0, 5]
+
+
+def test_a_bad_delivery_limit_is_refused_with_file_and_line() -> None:
+    text = (
+        "broker:\n  url: amqp://127.0.0.1/\nroutes:\n"
+        "  - {name: a, from: staging.a, to: {exchange: a}, delivery_limit: -1}\n"
+    )
+    with pytest.raises(ConfigError) as caught:
+        parse_route_map(text, source="routes.yaml", env={})
+    assert str(caught.value).startswith("routes.yaml:4: routes[0].delivery_limit:"), caught.value

@@ -785,6 +785,7 @@ def test_json_schema_uses_the_file_keys() -> None:
         "prefetch",
         "single_active_consumer",
         "trace_header_values",
+        "delivery_limit",
     }
     assert route["additionalProperties"] is False
 
