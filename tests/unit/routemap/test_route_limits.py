@@ -22,7 +22,7 @@ def test_the_defaults_are_rabbitmqs_timeout_and_the_charts_memory() -> None:
         nack_max_s=300.0,
         max_in_flight_bytes=64 * 2**20,
         max_body_bytes=None,
-        return_max_attempts=2,
+        return_max_attempts=0,
         return_delay_s=0.2,
         return_max_per_s=10.0,
     )
