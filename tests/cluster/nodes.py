@@ -192,22 +192,21 @@ class Node:
         """``kill -9`` the node's VM: no goodbye to its peers or its clients."""
         pid = self.os_pid()
         self.taken_down = True
+        self._sigkill(pid)
+
+    def kill_vm(self) -> None:
+        """``kill -9`` the node's VM if it runs, found by its environment (no CLI call)."""
+        for pid in vm_pids(self.name):
+            self._sigkill(pid)
+
+    def _sigkill(self, pid: int) -> None:
+        """SIGKILL the node's VM ``pid`` and wait until it is gone."""
         os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + CTL_TIMEOUT_S
         while _alive(pid):
             if time.monotonic() > deadline:
                 pytest.fail(f"{self.name} (pid {pid}) survived SIGKILL")
             time.sleep(0.05)
-
-    def kill_vm(self) -> None:
-        """``kill -9`` the node's VM if it runs, found by its environment (no CLI call)."""
-        for pid in vm_pids(self.name):
-            os.kill(pid, signal.SIGKILL)
-            deadline = time.monotonic() + CTL_TIMEOUT_S
-            while _alive(pid):
-                if time.monotonic() > deadline:
-                    pytest.fail(f"{self.name} (pid {pid}) survived SIGKILL")
-                time.sleep(0.05)
 
     def stop(self) -> None:
         """Stop the node (the VM too); its quorum queue members go with it."""

@@ -31,8 +31,7 @@ from tests.cluster.conftest import (
     wait_progress,
     wait_ready_on,
 )
-from tests.e2e.conftest import eventually
-from tests.faults.conftest import Fate, scrape
+from tests.faults.conftest import Fate, scrape, wait_nothing_in_flight
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -66,15 +65,7 @@ async def finish(
 
     await flow.wait_complete(timeout_s=COMPLETE_TIMEOUT_S, context=context)
     for sidecar in sidecars:
-
-        async def nothing_in_flight(
-            sidecar: Sidecar = sidecar,
-        ) -> bool:  # a copy may wait on a return
-            metrics = await scrape(sidecar)
-            lanes = flow.lanes
-            return all(metrics.value("acemq_sidecar_in_flight", route=n.name) == 0 for n in lanes)
-
-        await eventually(nothing_in_flight, timeout_s=10, what="nothing in flight", context=context)
+        await wait_nothing_in_flight(sidecar, flow, context=context)
         sidecar.send(signal.SIGTERM)
     for sidecar in sidecars:
         status = await sidecar.wait_exit(timeout_s=GRACE_S + EXIT_MARGIN_S)

@@ -423,6 +423,19 @@ async def scrape(sidecar: Sidecar) -> Scrape:
     return Scrape(samples, text)
 
 
+async def wait_nothing_in_flight(
+    sidecar: Sidecar, flow: MixedFlow, *, context: Callable[[], str]
+) -> None:
+    """Wait until no route holds a delivery: a redelivered copy may still wait on a return."""
+
+    async def nothing_in_flight() -> bool:
+        metrics = await scrape(sidecar)
+        lanes = flow.lanes
+        return all(metrics.value("acemq_sidecar_in_flight", route=n.name) == 0 for n in lanes)
+
+    await eventually(nothing_in_flight, timeout_s=10, what="nothing in flight", context=context)
+
+
 async def wait_recovered(
     sidecar: Sidecar,
     flow: MixedFlow,

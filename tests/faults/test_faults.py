@@ -27,6 +27,7 @@ from tests.faults.conftest import (
     declare_quarantine_exchange,
     declare_target,
     scrape,
+    wait_nothing_in_flight,
     wait_recovered,
 )
 
@@ -95,14 +96,7 @@ async def finish(
 ) -> None:
     """Relay to the end, check the metrics and the books, stop cleanly, record the numbers."""
     await flow.wait_complete(timeout_s=COMPLETE_TIMEOUT_S, context=sidecar.output)
-
-    async def nothing_in_flight() -> bool:  # a redelivered copy may still wait on a return
-        metrics = await scrape(sidecar)
-        return all(metrics.value("acemq_sidecar_in_flight", route=n.name) == 0 for n in flow.lanes)
-
-    await eventually(
-        nothing_in_flight, timeout_s=10, what="nothing in flight", context=sidecar.output
-    )
+    await wait_nothing_in_flight(sidecar, flow, context=sidecar.output)
     metrics = await scrape(sidecar)
     if sidecar.runs == 1:  # one process saw every message: each was acked at least once
         for fate, outcome in ((Fate.TARGET, "relayed"), (Fate.QUARANTINE, "quarantined")):
