@@ -120,7 +120,8 @@ async def test_a_login_only_secret_relays_as_a_user_with_write_and_read_only(
     quarantine, _ = await declare_quarantine(broker)
     flow = await declare_flow(broker, "chart-login")
     user = f"acemq-chart-{secrets.token_hex(4)}"
-    password = secrets.token_urlsafe(24)
+    # token_urlsafe may begin with '-', which rabbitmqctl reads as an option
+    password = f"pw-{secrets.token_urlsafe(24)}"
 
     manifests = _render_chart(
         sidecar,
