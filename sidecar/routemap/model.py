@@ -113,8 +113,8 @@ DEFAULT_NACK_MAX_S = 300.0
 # A quorum queue's x-delivery-limit when none is set, from RabbitMQ 4.0 (settle.Target's).
 DEFAULT_STAGING_DELIVERY_LIMIT = 20
 # A returned copy is published again (after 0.2 s, then 0.4 s...), at most 10 a second a
-# route: a binding a Khepri node has not seen yet (settle.returns). Off until a partition
-# test's open finding is understood (docs/decisions/0071).
+# route: a binding a Khepri node has not seen yet (settle.returns). Off by default: the
+# wait holds a delivery longer, and a partition may orphan what is held (docs/decisions/0071).
 DEFAULT_RETURN_MAX_ATTEMPTS = 0
 DEFAULT_RETURN_DELAY_S = 0.2
 DEFAULT_RETURN_MAX_PER_S = 10.0

@@ -278,12 +278,17 @@ class Cluster:
         return [node for node in self.nodes if node not in nodes]
 
     def running(self) -> list[str]:
-        """The running nodes as the first node that answers sees them."""
-        for node in self.nodes:
-            if node.is_up():
-                out = node.run("rabbitmqctl", "eval", "rabbit_nodes:all_running().")
-                return sorted(node.name for node in self.nodes if f"'{node.name}'" in out)
-        return []
+        """The nodes that run RabbitMQ by their own word and as the first of them sees them.
+
+        Asked of each node: a node paused by ``pause_minority`` may still be counted
+        running by its peers for a while, and it answers nothing until it resumes (a
+        consumer it held keeps its unacked deliveries until then).
+        """
+        up = [node for node in self.nodes if node.is_up()]
+        if not up:
+            return []
+        out = up[0].run("rabbitmqctl", "eval", "rabbit_nodes:all_running().")
+        return sorted(node.name for node in up if f"'{node.name}'" in out)
 
     def wait_all_running(self) -> None:
         """Wait until every node runs and sees the other two."""
