@@ -46,6 +46,18 @@ def node_name(label: str) -> str:
     return f"acemq-{label}-{RUN}@localhost"
 
 
+def in_root(root: Path) -> tuple[str, ...]:
+    """The prefix that runs a command in ``root`` (chroot), with a ``/proc`` of its own.
+
+    RabbitMQ 4.x reads its memory use from ``/proc``: without it the memory monitor does
+    not run (no memory alarm, ``set_vm_memory_high_watermark`` and ``status`` fail). The
+    command runs in a mount namespace of its own (``unshare``) where ``/proc`` is mounted
+    on the root's; the mount goes with the namespace's last process, the node's VM.
+    """
+    script = 'mount -t proc proc "$0/proc" && exec chroot "$0" "$@"'
+    return ("unshare", "--mount", "--propagation", "private", "sh", "-c", script, str(root))
+
+
 def _fail_or_skip(message: str) -> None:
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(message)
@@ -95,7 +107,7 @@ def versioned_node(
 
     root = broker_root(version)
     with private_node(name, conf=conf, advanced=advanced, root=root) as node:
-        inside = () if root is None else ("chroot", str(root))
+        inside = () if root is None else in_root(root)
         reported = subprocess.run(
             [*inside, "rabbitmqctl", "-n", node.name, "version"],
             capture_output=True,

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from tests.brokers import in_root
 from tests.e2e.conftest import free_port
 from tests.faults.conftest import RabbitCtl
 from tests.faults.private_node import rabbitmq_ids
@@ -342,7 +343,7 @@ def three_node_cluster(
     cookie = secrets.token_hex(16).upper()
     run = secrets.token_hex(3)  # two runs at once (CI and a developer) must not share names
     parent = None if root is None else root / "tmp"
-    chrooted: tuple[str, ...] = () if root is None else ("chroot", str(root))
+    chrooted: tuple[str, ...] = () if root is None else in_root(root)
     with tempfile.TemporaryDirectory(prefix="acemq-cluster-", dir=parent) as folder:
         nodes = tuple(
             Node(

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from tests.brokers import in_root
 from tests.e2e.conftest import free_port
 from tests.faults.conftest import RabbitCtl
 
@@ -137,7 +138,7 @@ def private_node(
     """
     if root is not None:
         assert host is None, "a node runs in a network namespace or a root, not both"
-        inside: tuple[str, ...] = ("chroot", str(root))
+        inside: tuple[str, ...] = in_root(root)
     else:
         if shutil.which("rabbitmq-server") is None or shutil.which("rabbitmqctl") is None:
             message = "rabbitmq-server is not installed: the private node cannot start"
