@@ -1,12 +1,14 @@
-"""The 20,000-message soak of the transport conditions: opt-in, on a private node.
+"""The 20,000-message soak of the transport conditions: opt-in, on private nodes.
 
 Every test here is skipped unless ``ACEMQ_SOAK=1`` (the suite takes minutes; CI's budget is
-30). One private node (tests/faults/private_node.py) serves the package, with
-``frame_max`` 1 MiB (for the large header tables) and the consumer timer checked every
-second (``channel_tick_interval``; the held-deliveries test lowers ``consumer_timeout`` for
-its own run); each test
-puts back what it changed on the node, whatever happened, and the node is stopped after
-the package's last test. The flow and its books are in tests/soak/soak_flow.py.
+30). A private node of each broker version the run selects (``--broker-versions``,
+tests/brokers.py) serves the package, with ``frame_max`` 1 MiB (for the large header
+tables) and the consumer timer checked every second (``channel_tick_interval``; the
+held-deliveries test lowers ``consumer_timeout`` for its own run); each test puts back
+what it changed on the node, whatever happened, and the node is stopped after the
+package's last test. ``ACEMQ_SOAK_STAGING=quorum`` makes every staging queue a quorum
+queue at the broker's defaults (on 4.x, a delivery limit of 20) where a test names no
+type. The flow and its books are in tests/soak/soak_flow.py.
 
 Every test's numbers are printed, summarised at the end of the run, and written as JSON
 lines to ``ACEMQ_SOAK_REPORT`` when that is set, for docs/reliability.md.
@@ -19,16 +21,21 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from tests.brokers import module_node
 from tests.conftest import nb, sidecar_on_node
 from tests.faults.conftest import FaultRecord, recorder, summarise
-from tests.faults.private_node import PrivateNode, private_node
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
+    from tests.faults.private_node import PrivateNode
+
 # Per route: two routes of 10,000 make the soak's flow of 20,000.
 PER_LANE = int(os.environ.get("ACEMQ_SOAK_PER_LANE", "10000"))
-NODE_NAME = "acemq-soak@localhost"
+STAGING_TYPE = os.environ.get("ACEMQ_SOAK_STAGING", "classic")
+"""The staging queues' type where a test names none: ``classic`` or ``quorum``."""
+if STAGING_TYPE not in {"classic", "quorum"}:
+    raise pytest.UsageError(f"ACEMQ_SOAK_STAGING={STAGING_TYPE!r}: classic or quorum")
 FRAME_MAX = 1_048_576
 NODE_CONF = f"frame_max = {FRAME_MAX}\n"
 NODE_ADVANCED = "[{rabbit, [{channel_tick_interval, 1000}]}]."
@@ -42,9 +49,9 @@ def _opt_in() -> None:
 
 
 @pytest.fixture(scope="package")
-def node(_opt_in: None) -> Iterator[PrivateNode]:
-    """The package's private node (frame_max 1 MiB), stopped after its last test."""
-    with private_node(NODE_NAME, conf=NODE_CONF, advanced=NODE_ADVANCED) as started:
+def node(_opt_in: None, broker_version: str) -> Iterator[PrivateNode]:
+    """The package's private node of the version (frame_max 1 MiB), stopped after its last test."""
+    with module_node(broker_version, "soak", conf=NODE_CONF, advanced=NODE_ADVANCED) as started:
         yield started
 
 

@@ -11,6 +11,8 @@ its plan says: ``MixedFlow.check`` (none lost, none misplaced, duplicates bounde
 
 from __future__ import annotations
 
+import contextlib
+import re
 import signal
 import time
 from collections import Counter
@@ -32,7 +34,7 @@ from tests.faults.conftest import (
 from tests.faults.test_refusals import Tally, dead_letter_queue
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import AsyncIterator, Callable, Iterable
 
     from tests.faults.conftest import RabbitCtl
     from tests.faults.private_node import PrivateNode
@@ -58,6 +60,7 @@ class SoakFlow(MixedFlow):
 
     per_lane: int = 10_000
     dead_letter_queue: str = ""
+    staging_type: str = "classic"
     dead_lettered: dict[str, int] = field(default_factory=dict)
     reasons: dict[str, str] = field(default_factory=dict)
 
@@ -171,13 +174,17 @@ async def declare_soak_flow(
     """Declare the quarantine, a dead-letter queue and the two lanes.
 
     ``staging`` adds queue arguments to both staging queues (which dead-letter to the
-    queue); the lane called ``fanout`` gets a fanout target exchange instead of a topic one.
+    queue; quorum queues at the broker's defaults under ``ACEMQ_SOAK_STAGING=quorum``
+    unless ``staging`` names a type); the lane called ``fanout`` gets a fanout target
+    exchange instead of a topic one.
     """
+    from tests.soak.conftest import STAGING_TYPE  # noqa: PLC0415 - the conftest imports us
+
     quarantine = broker.name("quarantine")
     quarantined = await broker.queue("quarantined")
     await declare_quarantine_exchange(broker, quarantine, quarantined)
     dlx, dlq = await dead_letter_queue(broker)
-    arguments = {"x-dead-letter-exchange": dlx, **(staging or {})}
+    arguments = {"x-dead-letter-exchange": dlx, "x-queue-type": STAGING_TYPE, **(staging or {})}
     lanes = []
     for name, publishers in (("orders", "acemq"), ("invoices", "apps")):
         stage = await broker.exchange(f"{name}.stage")
@@ -197,7 +204,13 @@ async def declare_soak_flow(
             await declare_target(broker, lane)
         lanes.append(lane)
     return SoakFlow(
-        broker, tuple(lanes), quarantine, quarantined, per_lane=per_lane, dead_letter_queue=dlq
+        broker,
+        tuple(lanes),
+        quarantine,
+        quarantined,
+        per_lane=per_lane,
+        dead_letter_queue=dlq,
+        staging_type=str(arguments["x-queue-type"]),
     )
 
 
@@ -273,7 +286,10 @@ async def books(
         duplicates=duplicates,
         duplicate_bound=bound,
         recovery_s=tuple(resumed_s),
-        note=f"lost 0; {counts}; quarantined {len(set(flow.reasons))}; {note}",
+        note=(
+            f"lost 0; {counts}; quarantined {len(set(flow.reasons))}; {note};"
+            f" staging {flow.staging_type}"
+        ),
     )
     return duplicates
 
@@ -310,6 +326,38 @@ class Moving:
             context=context,
         )
         return time.monotonic()
+
+
+async def rabbit_env(ctl: RabbitCtl, key: str) -> str | None:
+    """The node's ``rabbit`` setting ``key`` as Erlang prints it; None when it is unset."""
+    printed = (await ctl.run("eval", f"application:get_env(rabbit, {key}).")).strip()
+    found = re.fullmatch(r"\{ok,(.*)\}", printed.splitlines()[-1] if printed else "")
+    return None if found is None else found.group(1)
+
+
+@contextlib.asynccontextmanager
+async def rabbit_env_set(ctl: RabbitCtl, key: str, value: str) -> AsyncIterator[None]:
+    """Set the node's ``rabbit`` setting ``key`` for the block; put it back, whatever happened.
+
+    Put back as it was read (each version has its own defaults: 4.0's largest message is
+    16 MiB, 3.10's 128 MiB).
+    """
+    before = await rabbit_env(ctl, key)
+    await ctl.run("eval", f"application:set_env(rabbit, {key}, {value}).")
+    try:
+        yield
+    finally:
+        if before is None:
+            await ctl.run("eval", f"application:unset_env(rabbit, {key}).")
+        else:
+            await ctl.run("eval", f"application:set_env(rabbit, {key}, {before}).")
+
+
+async def memory_watermark(ctl: RabbitCtl) -> tuple[str, ...]:
+    """The node's memory watermark as ``set_vm_memory_high_watermark``'s arguments."""
+    setting = await rabbit_env(ctl, "vm_memory_high_watermark") or "0.4"
+    absolute = re.fullmatch(r"\{absolute,\s*\"?([^\"}]+)\"?\}", setting)
+    return ("absolute", absolute.group(1)) if absolute else (setting,)
 
 
 def node_log_lines(node: PrivateNode, text: str) -> list[str]:

@@ -30,6 +30,7 @@ from tests.soak.soak_flow import (
     books,
     declare_soak_flow,
     held_still,
+    memory_watermark,
     start,
     wait_settled,
 )
@@ -46,8 +47,8 @@ if TYPE_CHECKING:
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 BLOCKED_FOR_S = 4.0
-DEFAULT_WATERMARK = "0.4"
 PROGRESS = 300
+ALARM_WATERMARK = "0.0001"  # relative: 4.3 refuses an absolute 1 byte
 SCRATCH = 5_000  # the throwaway route's backlog, most of it deleted with its queue
 SCRATCH_AGAIN = 500
 CANCELLED = "the broker cancelled the consumer"
@@ -77,7 +78,8 @@ async def test_item_4_a_memory_alarm_mid_flow_pauses_both_routes_until_it_clears
     await flow.publish(PER_LANE)
     await start(flow, sidecar)
     await wait_progress(flow, sidecar, more=PROGRESS)
-    await held_still(sidecar, node.ctl, "set_vm_memory_high_watermark", "absolute", "1")
+    watermark = await memory_watermark(node.ctl)
+    await held_still(sidecar, node.ctl, "set_vm_memory_high_watermark", ALARM_WATERMARK)
     try:
         left = await left_in_staging(flow, fault="the memory alarm")
         await eventually(
@@ -92,7 +94,7 @@ async def test_item_4_a_memory_alarm_mid_flow_pauses_both_routes_until_it_clears
         await asyncio.sleep(BLOCKED_FOR_S)
         while_blocked = await flow.downstream() - before
     finally:
-        await node.ctl.run("set_vm_memory_high_watermark", DEFAULT_WATERMARK)
+        await node.ctl.run("set_vm_memory_high_watermark", *watermark)
     cleared = time.monotonic()
     resumed = await wait_recovered(sidecar, flow, since=cleared)
     lanes_at = [at - cleared for at in await resumed_lanes(flow, sidecar)]
