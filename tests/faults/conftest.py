@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import time
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
@@ -72,6 +73,29 @@ class RabbitCtl:
     async def close_all_connections(self) -> None:
         """Close every client connection on the vhost under test (the sidecar's too)."""
         await self.run("close_all_connections", "--vhost", self.vhost, "fault test")
+
+    async def rabbit_env(self, key: str) -> str | None:
+        """The node's ``rabbit`` setting ``key`` as Erlang prints it; None when it is unset."""
+        printed = (await self.run("eval", f"application:get_env(rabbit, {key}).")).strip()
+        found = re.fullmatch(r"\{ok,(.*)\}", printed.splitlines()[-1] if printed else "")
+        return None if found is None else found.group(1)
+
+    @contextlib.asynccontextmanager
+    async def rabbit_env_set(self, key: str, value: str) -> AsyncIterator[None]:
+        """Set the node's ``rabbit`` setting ``key`` for the block; put it back, whatever happened.
+
+        Put back as it was read (each version has its own defaults: 4.0's largest message
+        is 16 MiB, 3.10's 128 MiB).
+        """
+        before = await self.rabbit_env(key)
+        await self.run("eval", f"application:set_env(rabbit, {key}, {value}).")
+        try:
+            yield
+        finally:
+            if before is None:
+                await self.run("eval", f"application:unset_env(rabbit, {key}).")
+            else:
+                await self.run("eval", f"application:set_env(rabbit, {key}, {before}).")
 
     @contextlib.asynccontextmanager
     async def app_stopped(self) -> AsyncIterator[None]:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from pamqp.commands import Basic
 
-from tests.brokers import LOCAL, module_node
+from tests.brokers import differs_on, module_node
 from tests.e2e.conftest import (
     ID_HEADER,
     Sidecar,
@@ -219,7 +219,6 @@ async def test_a_message_above_max_message_size_does_not_stall_the_others(
     nb: Broker,
     sidecar_on_node: Sidecar,
     node: PrivateNode,
-    broker_version: str,
     request: pytest.FixtureRequest,
 ) -> None:
     """max_message_size lowered below 3 queued messages: the 40 others relay.
@@ -227,8 +226,7 @@ async def test_a_message_above_max_message_size_does_not_stall_the_others(
     The route never sticks in a loop of 406 and channel reopen. 4.x's default limit (16 MiB)
     is tests/faults/test_broker_versions.py's subject.
     """
-    if broker_version != LOCAL:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=RUNTIME_SIZE_LIMIT_ON_4X))
+    differs_on(request, ("4.0", "4.3"), RUNTIME_SIZE_LIMIT_ON_4X)
     big, small = make_ids("big", 3), make_ids("small", 40)
     async with sized_flow(nb, node, sidecar_on_node, small=small, big=big) as (_, target, _):
         relayed = await take_all(nb, target, small, sidecar=sidecar_on_node)
@@ -240,12 +238,10 @@ async def test_a_message_no_copy_of_which_the_broker_accepts_is_dead_lettered(
     nb: Broker,
     sidecar_on_node: Sidecar,
     node: PrivateNode,
-    broker_version: str,
     request: pytest.FixtureRequest,
 ) -> None:
     """Too big for the target and for quarantine: rejected to the DLX, counted."""
-    if broker_version != LOCAL:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=RUNTIME_SIZE_LIMIT_ON_4X))
+    differs_on(request, ("4.0", "4.3"), RUNTIME_SIZE_LIMIT_ON_4X)
     big, small = make_ids("big", 3), make_ids("small", 10)
     async with sized_flow(nb, node, sidecar_on_node, small=small, big=big) as flow:
         staging, target, dlq = flow
@@ -268,21 +264,20 @@ async def sized_flow(
     """
     staging, target, quarantine, dlq = await size_topology(nb)
     await publish_sized(nb, staging, small, big)
-    await node.ctl.run("eval", "application:set_env(rabbit, max_message_size, 65536).")
-    try:
-        sidecar.write(
-            route_map(
-                sidecar,
-                quarantine=quarantine,
-                routes=[route("sized", staging, target[0])],
-                consumer_timeout_s=CONSUMER_TIMEOUT_MS / 1000,
+    async with node.ctl.rabbit_env_set("max_message_size", "65536"):
+        try:
+            sidecar.write(
+                route_map(
+                    sidecar,
+                    quarantine=quarantine,
+                    routes=[route("sized", staging, target[0])],
+                    consumer_timeout_s=CONSUMER_TIMEOUT_MS / 1000,
+                )
             )
-        )
-        await sidecar.start(wait_ready=False)
-        yield staging, target[1], dlq
-    finally:
-        await sidecar.kill()
-        await node.ctl.run("eval", "application:set_env(rabbit, max_message_size, 134217728).")
+            await sidecar.start(wait_ready=False)
+            yield staging, target[1], dlq
+        finally:
+            await sidecar.kill()
 
 
 async def size_topology(nb: Broker) -> tuple[str, tuple[str, str], str, str]:

@@ -11,7 +11,6 @@ its plan says: ``MixedFlow.check`` (none lost, none misplaced, duplicates bounde
 
 from __future__ import annotations
 
-import contextlib
 import re
 import signal
 import time
@@ -34,7 +33,7 @@ from tests.faults.conftest import (
 from tests.faults.test_refusals import Tally, dead_letter_queue
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Iterable
+    from collections.abc import Callable, Iterable
 
     from tests.faults.conftest import RabbitCtl
     from tests.faults.private_node import PrivateNode
@@ -328,34 +327,9 @@ class Moving:
         return time.monotonic()
 
 
-async def rabbit_env(ctl: RabbitCtl, key: str) -> str | None:
-    """The node's ``rabbit`` setting ``key`` as Erlang prints it; None when it is unset."""
-    printed = (await ctl.run("eval", f"application:get_env(rabbit, {key}).")).strip()
-    found = re.fullmatch(r"\{ok,(.*)\}", printed.splitlines()[-1] if printed else "")
-    return None if found is None else found.group(1)
-
-
-@contextlib.asynccontextmanager
-async def rabbit_env_set(ctl: RabbitCtl, key: str, value: str) -> AsyncIterator[None]:
-    """Set the node's ``rabbit`` setting ``key`` for the block; put it back, whatever happened.
-
-    Put back as it was read (each version has its own defaults: 4.0's largest message is
-    16 MiB, 3.10's 128 MiB).
-    """
-    before = await rabbit_env(ctl, key)
-    await ctl.run("eval", f"application:set_env(rabbit, {key}, {value}).")
-    try:
-        yield
-    finally:
-        if before is None:
-            await ctl.run("eval", f"application:unset_env(rabbit, {key}).")
-        else:
-            await ctl.run("eval", f"application:set_env(rabbit, {key}, {before}).")
-
-
 async def memory_watermark(ctl: RabbitCtl) -> tuple[str, ...]:
     """The node's memory watermark as ``set_vm_memory_high_watermark``'s arguments."""
-    setting = await rabbit_env(ctl, "vm_memory_high_watermark") or "0.4"
+    setting = await ctl.rabbit_env("vm_memory_high_watermark") or "0.4"
     absolute = re.fullmatch(r"\{absolute,\s*\"?([^\"}]+)\"?\}", setting)
     return ("absolute", absolute.group(1)) if absolute else (setting,)
 

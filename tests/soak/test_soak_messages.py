@@ -31,7 +31,6 @@ from tests.soak.soak_flow import (
     declare_soak_flow,
     held_still,
     node_log_lines,
-    rabbit_env_set,
     start,
     wait_settled,
 )
@@ -114,7 +113,7 @@ async def test_item_2_held_deliveries_are_quarantined_before_the_consumer_timeou
     held = make_ids("orders-held", HELD)
     await flow.publish_spread(orders, held, routing_key="held.refused", fate=Fate.QUARANTINE)
     timeouts_before = len(node_log_lines(node, TIMED_OUT))
-    async with rabbit_env_set(node.ctl, "consumer_timeout", str(CONSUMER_TIMEOUT_MS)):
+    async with node.ctl.rabbit_env_set("consumer_timeout", str(CONSUMER_TIMEOUT_MS)):
         started = time.monotonic()
         await start(
             flow,
@@ -226,7 +225,7 @@ async def test_item_5_max_message_size_lowered_below_queued_messages_then_restor
     await flow.publish_spread(
         orders, big, routing_key="ok.big", fate=Fate.TARGET, body=b"B" * BIG_BODY
     )
-    async with rabbit_env_set(node.ctl, "max_message_size", str(LOWERED_MAX)):
+    async with node.ctl.rabbit_env_set("max_message_size", str(LOWERED_MAX)):
         await start(flow, sidecar)
         other = await Moving(flow, invoices).mark()
 
