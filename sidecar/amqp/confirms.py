@@ -4,18 +4,23 @@ Publisher confirms settle by delivery tag, ``multiple`` included. A mandatory pu
 does not route comes back as a ``basic.return`` before its confirm; the return marks the
 publish it is for, and the confirm then settles it as returned.
 
-A return is matched by what a broker never changes: the exchange, the routing key, the
-body and the sidecar's own ``x-acemq-id`` (compared as the bytes it is written as: a float
-NaN is not equal to itself, its bytes are). A broker may add headers on the way (RabbitMQ's
-message interceptors stamp a timestamp or the routing node), so the content header's bytes
-only break a tie; then, as RabbitMQ returns in publish order on a channel and before the
-confirm, the earliest unconfirmed candidate is the one. A body that was passed through
-(``through``: its size) is not held to compare: its return is matched by its size.
+A return is matched only to the publish it provably is. The candidates are the
+unconfirmed publishes to the same exchange and routing key with the same body (a body
+passed through, ``through``, is not held: by its size) and the same ``x-acemq-id``
+(compared as the bytes it is written as: a float NaN is not equal to itself, its bytes
+are). Of those, the one whose content header is the returned one byte for byte is it.
+A broker may add to a message on the way (RabbitMQ's message interceptors stamp
+``timestamp_in_ms`` or the routing node), so when none is exact, the one candidate whose
+properties and header table the returned ones contain is it. Two exact candidates, or
+two contained ones, cannot be told apart: one of them may have been routed and still wait
+for its confirm, and taking it for the returned one would let the returned one's confirm
+settle as routed. Publish order does not decide: the broker's confirms may come in
+another order than the publishes.
 
-A return that matches no publish in flight cannot be told from any of them, so its
-confirm could settle the very publish that did not route: ``fail`` then fails every
-unconfirmed publish at once (their deliveries are given back, never acked without a copy),
-and the confirms that follow for them find nothing to settle.
+A return that is not matched cannot be told from the publishes in flight, so its confirm
+could settle the very publish that did not route: ``fail`` then fails every unconfirmed
+publish at once (their deliveries are given back, never acked without a copy), and the
+confirms that follow for them find nothing to settle.
 """
 
 from __future__ import annotations
@@ -24,7 +29,12 @@ from typing import TYPE_CHECKING, Final, TypeAlias, cast
 
 from sidecar.contract import ID
 from sidecar.errors import ChannelClosedError, ChannelLostError, MissingEntityError, WireError
-from sidecar.wire import PublishOutcome, encode_table
+from sidecar.wire import (
+    PublishOutcome,
+    UndecodableTable,
+    encode_table,
+    parse_content_header,
+)
 
 if TYPE_CHECKING:
     import asyncio
@@ -144,14 +154,10 @@ class Confirms:
         )
 
     def mark_returned(self, method: BasicReturn, header: ContentHeader, body: Body | None) -> bool:
-        """Mark the publish a return is for; False when it matches none in flight.
+        """Mark the publish a return is for; False unless it is provably one (module doc).
 
-        The candidates are the unconfirmed publishes, not yet returned, to the same
-        exchange and routing key with the same body (``None``: one passed through, of the
-        same size) and ``x-acemq-id`` (or none). Of those,
-        one with the very content header bytes wins (two copies that differ only in a
-        header a headers exchange routes by); else the earliest, by RabbitMQ's order. Two
-        candidates alike in all of that are the same message to the relay.
+        ``body`` is None for a return whose body passes through: candidates then match by
+        its size.
         """
         headers = header.headers
         returned_id = _id_bytes(headers.get(ID) if isinstance(headers, dict) else None)
@@ -168,10 +174,12 @@ class Confirms:
             )
             and _id_bytes(publish.acemq_id) == returned_id
         ]
-        if not candidates:
+        exact = [publish for publish in candidates if publish.header == header.payload]
+        if not exact:
+            exact = [publish for publish in candidates if _contained(publish.header, header)]
+        if len(exact) != 1:
             return False
-        exact = (publish for publish in candidates if publish.header == header.payload)
-        next(exact, candidates[0]).returned = True
+        exact[0].returned = True
         return True
 
     def settle(self, tag: int, *, multiple: bool, outcome: PublishOutcome) -> None:
@@ -191,6 +199,28 @@ class Confirms:
         unconfirmed, self._unconfirmed = self._unconfirmed, {}
         for publish in unconfirmed.values():
             publish.settled(_publish_error(error, publish.exchange))
+
+
+def _contained(sent: bytes, returned: ContentHeader) -> bool:
+    """Whether every property and header of a publish's content header is in a returned one.
+
+    Header values compare as the bytes they are written as. A table that cannot be decoded
+    contains, and is contained in, nothing but itself (the exact match).
+    """
+    mine = parse_content_header(sent)
+    theirs = returned.headers
+    if isinstance(mine.headers, UndecodableTable) or isinstance(theirs, UndecodableTable):
+        return False
+    if any(returned.properties.get(name) != value for name, value in mine.properties.items()):
+        return False
+    if not mine.headers:
+        return True
+    if not theirs:
+        return False
+    return all(
+        name in theirs and encode_table({name: value}) == encode_table({name: theirs[name]})
+        for name, value in mine.headers.items()
+    )
 
 
 def _id_bytes(value: object) -> bytes | None:

@@ -353,22 +353,52 @@ async def test_writes_leave_once_per_turn_and_in_batches_when_a_turn_queues_more
     assert b"".join(transport.chunks[1:]) == b"".join(parts)  # in order, nothing lost
 
 
-async def test_a_return_with_a_header_added_matches_by_id_then_by_publish_order() -> None:
-    """An interceptor's header breaks the byte match: the id decides, then RabbitMQ's order.
+async def test_a_return_with_a_header_added_matches_the_one_publish_it_contains() -> None:
+    """An interceptor's header breaks the byte match: the one contained publish is it.
 
-    Returns come in publish order and before their confirm, so of two publishes alike in
-    body, exchange, routing key and id, the earliest unconfirmed one is the one returned.
+    The routed copy (``eu``, confirm pending) is alike in body, exchange, routing key and
+    (no) id; only its header table tells it from the returned one, whose table the broker
+    grew on the way back. The routed copy must not be taken for it: the returned copy's
+    ack would then settle as routed, and its delivery be acked with no copy anywhere.
     """
     channel = await opened(FakeLink())
-    tagged = publishing(channel, b"same", {"x-acemq-id": "a"})
-    first = publishing(channel, b"same", {"x-acemq-id": "b"})
-    second = publishing(channel, b"same", {"x-acemq-id": "b"})
+    routed = publishing(channel, b"same", {"region": "eu"})
+    unroutable = publishing(channel, b"same", {"region": "mars"})
     await asyncio.sleep(0)
-    broker_returns(channel, b"same", {"x-acemq-id": "b", "timestamp_in_ms": 1})
-    channel.on_method(60 << 16 | 80, payload_of(spec.Basic.Ack(delivery_tag=3, multiple=True)))
-    assert await tagged == PublishOutcome.CONFIRMED  # another id: never taken for it
-    assert await first == PublishOutcome.RETURNED
-    assert await second == PublishOutcome.CONFIRMED
+    broker_returns(channel, b"same", {"region": "mars", "timestamp_in_ms": 1})
+    channel.on_method(60 << 16 | 80, payload_of(spec.Basic.Ack(delivery_tag=2)))
+    channel.on_method(60 << 16 | 80, payload_of(spec.Basic.Ack(delivery_tag=1)))
+    assert await unroutable == PublishOutcome.RETURNED
+    assert await routed == PublishOutcome.CONFIRMED
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "returned"),
+    [
+        # Alike but for what the broker added: either may be the one returned.
+        ({"x-acemq-id": "b"}, {"x-acemq-id": "b"}, {"x-acemq-id": "b", "timestamp_in_ms": 1}),
+        # Byte for byte alike (a binding removed between them): either may be it.
+        ({"region": "eu"}, {"region": "eu"}, {"region": "eu"}),
+        # Both contained in what came back: the first's table is the second's less one.
+        ({}, {"region": "mars"}, {"region": "mars", "timestamp_in_ms": 1}),
+    ],
+)
+async def test_a_return_two_publishes_may_be_fails_every_unconfirmed_publish(
+    first: dict[str, Any], second: dict[str, Any], returned: dict[str, Any]
+) -> None:
+    """No guess by publish order: the confirms may come in another order than the publishes."""
+    link = FakeLink()
+    channel = await opened(link)
+    one = publishing(channel, b"same", first)
+    two = publishing(channel, b"same", second)
+    await asyncio.sleep(0)
+    broker_returns(channel, b"same", returned)
+    channel.on_method(60 << 16 | 80, payload_of(spec.Basic.Ack(delivery_tag=2)))
+    await asyncio.sleep(0)
+    assert isinstance(pamqp_frame.unmarshal(link.written[-1])[2], spec.Channel.Close)
+    for publish in (one, two):
+        with pytest.raises(ChannelLostError):
+            await publish
 
 
 async def test_a_received_content_header_over_the_frame_size_is_refused_before_sending() -> None:
