@@ -58,6 +58,7 @@ __all__ = [
 PUBLISHES_IN_FLIGHT: Final = 256  # replays published and awaiting their confirm at once
 SLOW_CONFIRM_S: Final = 30.0
 DELIVERY_COUNT: Final = "x-delivery-count"  # a quorum queue's annotation of its own deliveries
+ACQUIRED_COUNT: Final = "x-acquired-count"  # and, from RabbitMQ 4.3, of every delivery
 CONNECTION_NAME: Final = "acemq-sidecar quarantine"
 
 
@@ -189,8 +190,9 @@ def plan_replay(
     """Decide what to publish for one quarantine copy: its original, stamped as a replay.
 
     The quarantine's headers come off and the envelope error it displaced goes back
-    (``original_headers``); ``x-delivery-count`` goes too, as a quorum quarantine queue
-    counts its own deliveries in it and the staging queue keeps its own count. Body and
+    (``original_headers``); ``x-delivery-count`` and ``x-acquired-count`` go too, as a
+    quorum quarantine queue counts its own deliveries in them and the staging queue keeps
+    its own count. Body and
     properties are the copy's, so the same as the original's.
     """
     if delivery.undecodable is not None:
@@ -213,6 +215,7 @@ def plan_replay(
             " acemq-original-headers, there is no table to restore"
         )
     original.pop(DELIVERY_COUNT, None)
+    original.pop(ACQUIRED_COUNT, None)
     headers = stamp_replay(original, replayed_from=quarantine, now_ms=now_ms)
     return Replay(queue=destination, properties=dict(delivery.properties), headers=headers)
 

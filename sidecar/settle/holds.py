@@ -11,6 +11,7 @@ this module decides the rest, each a total function over closed sets:
   quarantine (or be dead-lettered) before the broker's consumer_timeout takes it back;
 - ``consumer_timeout_after``: the consumer_timeout to hold by once the broker took one back;
 - ``delivery_limit_reached``: a delivery one return from its quorum queue's limit;
+- ``no_return_left``: a body passed through that may not go back to its queue either;
 - ``read_permission_named``: a route's start refused, the permission it lacks named;
 - ``nack_is_free``: whether the broker's version spends no attempt on a nack;
 - ``blocked`` and ``slow_confirm``: what /readyz says while a delivery waits on the broker.
@@ -50,6 +51,7 @@ __all__ = [
     "consumer_timeout_after",
     "delivery_limit_reached",
     "nack_is_free",
+    "no_return_left",
     "read_permission_named",
     "slow_confirm",
 ]
@@ -193,19 +195,26 @@ def slow_confirm(exchange: str, *, limit_s: float) -> str:
     )
 
 
-def delivery_limit_reached(headers: Mapping[str, FieldValue], limit: int) -> str | None:
-    """Return why a delivery goes to quarantine before its queue's delivery limit, or None.
+def delivery_limit_reached(
+    headers: Mapping[str, FieldValue], limit: int, *, redelivered: bool
+) -> str | None:
+    """Return why a delivery may take no return more before its queue's limit, or None.
 
     A quorum queue counts in ``x-delivery-count`` the returns that spent an attempt (on
     RabbitMQ 4.3 not a ``basic.nack``; a ``basic.reject``, a channel's close or a lost
     connection on every version: tests/faults/test_broker_versions.py), and past
     ``x-delivery-limit`` drops the message, or dead-letters it: a delivery with ``limit``
-    spent is its last. At ``limit - 1`` spent the delivery goes to quarantine, where it
-    is kept, rather than to the target, so that a return during that publish still
-    leaves it the last delivery (docs/decisions/0068).
+    spent is its last. At ``limit - 1`` spent, one more return leaves only that last
+    delivery (docs/decisions/0068).
+
+    The count is the broker's only on a redelivery: a quorum queue writes it when it
+    delivers a message again, and a first delivery's header is whatever its producer
+    copied in (a republished consumed message, a retry topology, a shovel off a quorum
+    queue). A classic queue never writes it, and sets ``redelivered`` all the same: the
+    route says so with ``delivery_limit: 0`` (``limit``), and the header is never read.
     """
     spent = headers.get(DELIVERY_COUNT)
-    if limit <= 0 or not isinstance(spent, int) or isinstance(spent, bool):
+    if not redelivered or limit <= 0 or not isinstance(spent, int) or isinstance(spent, bool):
         return None
     if spent < max(limit - 1, 1):
         return None
@@ -216,6 +225,21 @@ def delivery_limit_reached(headers: Mapping[str, FieldValue], limit: int) -> str
         " return, so it is quarantined first."
         " Look for what keeps returning it: lost connections, the broker's consumer_timeout,"
         " a sidecar that crashes on it"
+    )
+
+
+def no_return_left(reason: str, held: str, limit: str) -> DeadLetter:
+    """Return the dead-letter of a body passed through whose queue would drop it next.
+
+    ``reason``: why it went to quarantine; ``held``: why its quarantine copy was not taken;
+    ``limit``: ``delivery_limit_reached``'s reason. Its body is not held, so only the
+    broker's redelivery could publish it again, and the requeue that asks for one would
+    spend the last return the queue allows: the staging queue's dead-letter exchange is
+    the one place left.
+    """
+    return DeadLetter(
+        f"{bounded(reason)}; and its quarantine copy was not taken ({bounded(held)}); it"
+        f" cannot go back to its queue either, which would drop it: {bounded(limit)}"
     )
 
 

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_DELIVERY_LIMIT",
     "DELIVERY_COUNT",
+    "QUEUE_COUNTERS",
     "Alone",
     "Copy",
     "DeadLetter",
@@ -55,6 +56,9 @@ __all__ = [
 REASON_MAX = 4096  # characters of a reason kept in x-acemq-error and in a log line
 ORIGIN_LOG_MAX = 200  # characters of an origin in a log line
 DELIVERY_COUNT: Final = "x-delivery-count"  # a quorum queue's count of a message's returns
+# What a quorum queue writes into a message it delivers again: its own bookkeeping, never
+# the application's. A copy leaves without them, so the next hop reads only its own queue's.
+QUEUE_COUNTERS: Final = (DELIVERY_COUNT, "x-acquired-count")
 DEFAULT_DELIVERY_LIMIT: Final = 20  # a quorum queue's x-delivery-limit from RabbitMQ 4.0
 
 
@@ -178,7 +182,8 @@ def plan_delivery(
 
     The verdict (None for a table that could not be decoded) carries the violations the
     caller counts and logs. In audit mode the original goes to the target unchanged
-    whatever the verdict says.
+    whatever the verdict says, but for the staging queue's counters (``QUEUE_COUNTERS``),
+    which no copy carries on.
     """
     if delivery.unread_body is not None:
         return Quarantine(body_too_large(delivery.unread_body), passing=True), None
@@ -207,6 +212,9 @@ def plan_delivery(
                 delivery.properties, headers, login=target.policy.login
             )
             outcome = Outcome.AUDITED
+    for counter in QUEUE_COUNTERS:
+        if counter in headers:
+            del headers[counter]
     routing_key = delivery.routing_key if target.routing_key is None else target.routing_key
     if target.exchange == "" and routing_key == target.queue:
         loop = (

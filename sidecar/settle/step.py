@@ -36,7 +36,7 @@ from sidecar.settle.events import (
     RoutedOnRetry,
     Violations,
 )
-from sidecar.settle.holds import after_hold, blocked, delivery_limit_reached
+from sidecar.settle.holds import after_hold, blocked, delivery_limit_reached, no_return_left
 from sidecar.settle.readings import (
     LOST_CHANNEL,
     READINGS,
@@ -177,6 +177,8 @@ class Attempt:
     alone: bool  # publish on a channel of its own (once a refusal was ambiguous)
     holds: int  # publishes of this plan the broker held back
     returns: int  # publishes of this plan the broker returned (settle.returns)
+    # Why the delivery may not go back to its queue (its delivery limit), None while it may.
+    last: str | None
 
     def __init__(
         self,
@@ -184,12 +186,14 @@ class Attempt:
         alone: bool = False,  # noqa: FBT001, FBT002
         holds: int = 0,
         returns: int = 0,
+        last: str | None = None,
     ) -> None:
         """Set every field: frozen, so by ``object.__setattr__`` (compiled: a direct store)."""
         object.__setattr__(self, "plan", plan)
         object.__setattr__(self, "alone", alone)
         object.__setattr__(self, "holds", holds)
         object.__setattr__(self, "returns", returns)
+        object.__setattr__(self, "last", last)
 
 
 @dataclass(frozen=True, slots=True, init=False)
@@ -217,11 +221,16 @@ _ROUTED_ON_RETRY: Final = (RoutedOnRetry(),)
 def begin(delivery: Delivery, target: Target, *, now_ms: int, new_id: Callable[[], str]) -> Step:
     """Plan a delivery that just arrived: the first step, a ``Publish``.
 
-    A bug in planning quarantines the delivery: a redelivery would meet the same bug.
+    A bug in planning quarantines the delivery: a redelivery would meet the same bug. A
+    delivery one return from its queue's limit goes to quarantine, while a return still
+    leaves it one; a body passed through goes there anyway, and may not go back either.
     """
-    spent = delivery_limit_reached(delivery.headers, target.delivery_limit)
-    if spent is not None and delivery.unread_body is None:  # while a return leaves it one
-        return Step(Publish(Quarantine(spent), alone=False), Attempt(plan=Quarantine(spent)), ())
+    spent = delivery_limit_reached(
+        delivery.headers, target.delivery_limit, redelivered=delivery.redelivered
+    )
+    if spent is not None and delivery.unread_body is None:
+        quarantine = Quarantine(spent)
+        return Step(Publish(quarantine, alone=False), Attempt(plan=quarantine, last=spent), ())
     try:
         plan, verdict = plan_delivery(delivery, target, now_ms=now_ms, new_id=new_id)
     except Exception as e:  # noqa: BLE001 - a bug quarantines the message; Bug carries it to the log
@@ -237,7 +246,7 @@ def begin(delivery: Delivery, target: Target, *, now_ms: int, new_id: Callable[[
     # A body passing through takes a channel of its own: nothing else may go between its
     # frames.
     alone = isinstance(plan, Quarantine) and plan.passing
-    return Step(Publish(plan, alone=alone), Attempt(plan=plan, alone=alone), events)
+    return Step(Publish(plan, alone=alone), Attempt(plan=plan, alone=alone, last=spent), events)
 
 
 def after(
@@ -273,7 +282,7 @@ def after(
         case Reading.UNROUTABLE:
             returns = attempt.returns + 1
             if (wait_s := return_retry_delay(returns, rules)) is not None:
-                returned = Attempt(plan, attempt.alone, attempt.holds, returns)
+                returned = Attempt(plan, attempt.alone, attempt.holds, returns, attempt.last)
                 again = Step(Publish(plan, alone=returned.alone), returned)
                 return Step(Wait(wait_s, again), returned, _RETURN_RETRIED)
             decision = decision_for(reading, answer, plan, rules, alone=attempt.alone)
@@ -312,13 +321,18 @@ PASSED_AGAIN = (
 )
 
 
-def _published_once(step: Step, *, delay_s: float) -> Step:
+def _published_once(step: Step, plan: Quarantine, *, delay_s: float) -> Step:
     """Turn a retry of a body passed through into a wait, then the delivery given back.
 
-    Nothing else changes: an ack, a dead-letter, a give-back or a let-go stay as they are.
-    A ``Blocked`` answer never comes here: nothing was published, the body still waits.
+    One that may not go back (``Attempt.last``: its queue would drop it) is dead-lettered
+    at once instead. Nothing else changes: an ack, a dead-letter, a give-back or a let-go
+    stay as they are. A ``Blocked`` answer never comes here: nothing was published, the
+    body still waits.
     """
     action, attempt = step.action, step.attempt
+    if attempt.last is not None and isinstance(action, Wait | Publish):
+        why = next((e.reason for e in step.events if isinstance(e, Held)), "refused")
+        return Step(no_return_left(plan.reason, why, attempt.last), attempt, step.events)
     match action:
         case Wait(delay_s=wait_s):
             return Step(Wait(wait_s, Step(Requeue(PASSED_AGAIN), attempt)), attempt, step.events)
@@ -339,7 +353,7 @@ def _decided(
     step = _next(decision, attempt, held_s=held_s, delay_s=delay_s, limits=limits)
     plan = attempt.plan
     if isinstance(plan, Quarantine) and plan.passing:
-        return _published_once(step, delay_s=delay_s)
+        return _published_once(step, plan, delay_s=delay_s)
     return step
 
 
@@ -358,7 +372,7 @@ def _next(
         case Quarantine():
             return _to_quarantine(attempt, decision, ())
         case Alone(may_duplicate=may_duplicate):
-            alone = Attempt(attempt.plan, True, attempt.holds, attempt.returns)
+            alone = Attempt(attempt.plan, True, attempt.holds, attempt.returns, attempt.last)
             return Step(Publish(alone.plan, alone=True), alone, _RETRIED if may_duplicate else ())
         case Hold():
             return _hold(decision, attempt, held_s=held_s, delay_s=delay_s, limits=limits)
@@ -373,7 +387,7 @@ def _hold(
 ) -> Step:
     """Hold the delivery: wait and publish the same plan again, or say where it goes now."""
     plan = attempt.plan
-    held = Attempt(plan, attempt.alone, attempt.holds + 1, attempt.returns)
+    held = Attempt(plan, attempt.alone, attempt.holds + 1, attempt.returns, attempt.last)
     events: tuple[Event, ...] = (Held(hold.reason),)
     then = after_hold(
         hold, plan, attempts=held.holds, held_s=held_s, delay_s=delay_s, limits=limits
@@ -394,5 +408,5 @@ def _hold(
 
 def _to_quarantine(attempt: Attempt, quarantine: Quarantine, events: tuple[Event, ...]) -> Step:
     """Publish the original to quarantine instead, counted afresh, on the same kind of channel."""
-    moved = Attempt(plan=quarantine, alone=attempt.alone)
+    moved = Attempt(plan=quarantine, alone=attempt.alone, last=attempt.last)
     return Step(Publish(quarantine, alone=moved.alone), moved, events)

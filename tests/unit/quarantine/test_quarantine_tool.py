@@ -118,10 +118,11 @@ def test_to_wins_over_the_queue_it_came_from() -> None:
 def test_the_quorum_queues_delivery_count_does_not_travel() -> None:
     """A quorum quarantine queue counts its own deliveries; staging keeps its own count."""
     redelivered = copy_of({"x-acemq-id": "m-1"})
-    headers = {**redelivered.headers, "x-delivery-count": 3}
+    headers = {**redelivered.headers, "x-delivery-count": 3, "x-acquired-count": 4}
     plan = plan_replay(delivery(headers), quarantine="q", to=None, now_ms=NOW_MS)
     assert isinstance(plan, Replay)
     assert "x-delivery-count" not in plan.headers
+    assert "x-acquired-count" not in plan.headers
 
 
 @pytest.mark.parametrize(

@@ -73,12 +73,12 @@ def one_channel(answers: list[Answer]) -> FakeChannel:
     return FakeChannel(FakeBroker(answers=answers), 1)
 
 
-def delivery(headers: dict[str, Any] | None = None) -> Delivery:
+def delivery(headers: dict[str, Any] | None = None, *, redelivered: bool = False) -> Delivery:
     return Delivery(
         delivery_tag=7,
         exchange="",
         routing_key="order.placed",
-        redelivered=False,
+        redelivered=redelivered,
         properties=MappingProxyType({"message_id": "m-1"}),
         headers=MappingProxyType(dict(CANONICAL) if headers is None else headers),
         body=b"body",
@@ -251,7 +251,7 @@ async def test_the_routes_delivery_limit_decides_the_last_return(
     """4 returns spent: one from a limit of 5, quarantined; 6 or none (0): relayed."""
     rig = make_rig(delivery_limit=limit)
     channel = one_channel([PublishOutcome.CONFIRMED])
-    await rig.settle(channel, delivery({**CANONICAL, "x-delivery-count": 4}))
+    await rig.settle(channel, delivery({**CANONICAL, "x-delivery-count": 4}, redelivered=True))
     assert channel.exchanges == [QUARANTINE if quarantined else "orders"]
     if quarantined:
         reason = channel.sent[0].headers[ERROR]

@@ -96,13 +96,16 @@ def step_after(
 
 
 def delivery(
-    headers: dict[str, Any] | None = None, *, properties: dict[str, Any] | None = None
+    headers: dict[str, Any] | None = None,
+    *,
+    properties: dict[str, Any] | None = None,
+    redelivered: bool = False,
 ) -> Delivery:
     return Delivery(
         delivery_tag=7,
         exchange="",
         routing_key="order.placed",
-        redelivered=False,
+        redelivered=redelivered,
         properties=MappingProxyType({"message_id": "m-1"} if properties is None else properties),
         headers=MappingProxyType(dict(CANONICAL) if headers is None else headers),
         body=b"body",
@@ -139,7 +142,7 @@ def test_a_delivery_one_return_from_its_last_begins_with_quarantine_naming_the_l
     spent: int, *, quarantined: bool
 ) -> None:
     """At 19 of the default 20 spent, one more return would leave only the last delivery."""
-    message = delivery({**CANONICAL, DELIVERY_COUNT: Int64(spent)})
+    message = delivery({**CANONICAL, DELIVERY_COUNT: Int64(spent)}, redelivered=True)
     step = begin(message, target(), now_ms=1_790_000_000_000, new_id=new_id)
     assert isinstance(step.action, Publish)
     plan = step.action.plan
@@ -515,15 +518,19 @@ def test_the_publish_bound_is_reached() -> None:
 # --- a body passing through ----------------------------------------------------------------
 
 
-def passing_delivery() -> Delivery:
-    """A delivery whose body was over max_body_bytes: it passes through, not held."""
+def passing_delivery(spent: int | None = None) -> Delivery:
+    """A delivery whose body was over max_body_bytes: it passes through, not held.
+
+    ``spent``: the broker's x-delivery-count of a redelivery.
+    """
+    headers = dict(CANONICAL) if spent is None else {**CANONICAL, DELIVERY_COUNT: Int64(spent)}
     return Delivery(
         delivery_tag=8,
         exchange="",
         routing_key="order.placed",
-        redelivered=False,
+        redelivered=spent is not None,
         properties=MappingProxyType({"message_id": "m-2"}),
-        headers=MappingProxyType(dict(CANONICAL)),
+        headers=MappingProxyType(headers),
         body=b"",
         unread_body=UnreadBody(size=300_000_000, limit=128 * 2**20),
     )
@@ -578,3 +585,39 @@ def test_a_held_body_passed_through_waits_then_goes_back_to_its_queue(answer: An
     assert isinstance(then.action, Wait)
     assert isinstance(then.action.then.action, Requeue)
     assert any(isinstance(event, Held) for event in then.events)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [Returned(), Nacked(), Refused(541, "INTERNAL_ERROR"), Lost(gone=False, error="x")],
+)
+def test_a_body_passed_through_one_return_from_its_limit_is_dead_lettered_not_requeued(
+    answer: Answer,
+) -> None:
+    """A requeue would spend the last return its quorum queue allows, which drops it.
+
+    Before 4.3 the requeue's ``basic.nack`` counts; with the backoff the 20 attempts are
+    spent long before the hold's own dead-letter at 0.75 of the consumer timeout.
+    """
+    first = begin(passing_delivery(spent=19), target(), now_ms=0, new_id=new_id)
+    assert isinstance(first.action, Publish)
+    assert isinstance(first.action.plan, Quarantine)
+    assert first.action.plan.passing
+    then = step_after(first.attempt, answer, delay_s=2.5)
+    assert isinstance(then.action, DeadLetter), then.action
+    assert "300000000 bytes" in then.action.reason
+    assert "delivery limit: the broker has given this message back 19 times" in then.action.reason
+    assert "cannot go back to its queue" in then.action.reason
+
+
+@given(data=st.data(), limits=LIMITS_DRAWN, spent=st.integers(min_value=0, max_value=25))
+def test_the_attempt_before_the_last_is_never_a_requeue(
+    data: st.DataObject, limits: HoldLimits, spent: int
+) -> None:
+    """Whatever the broker answers, a delivery one return from its limit never requeues."""
+    record = walk(data, (passing_delivery(spent=spent), target()), limits, ANY_ANSWER)
+    assert record.last is not None
+    actions = [record.last.action, *(then.action for *_, then in record.answered)]
+    nested = [a.then.action for a in actions if isinstance(a, Wait)]
+    if spent >= 19:  # of the default limit of 20
+        assert not any(isinstance(a, Requeue) for a in (*actions, *nested))

@@ -138,7 +138,19 @@ def test_an_undecodable_table_goes_to_quarantine_without_a_verdict(
 def test_delivery_limit_reached_reads_the_brokers_count_only(
     headers: dict[str, FieldValue], limit: int, *, expected: bool
 ) -> None:
-    assert (delivery_limit_reached(headers, limit) is not None) is expected
+    assert (delivery_limit_reached(headers, limit, redelivered=True) is not None) is expected
+
+
+@pytest.mark.parametrize("spent", [19, 25, 2**40])
+def test_a_first_deliverys_count_is_its_producers_not_the_brokers(spent: int) -> None:
+    """A quorum queue writes x-delivery-count only when it delivers a message again.
+
+    On a first delivery the header is one a producer copied in (Spring's
+    RepublishMessageRecoverer, a retry topology, a shovel off a quorum queue).
+    """
+    headers: dict[str, FieldValue] = {DELIVERY_COUNT: spent}
+    assert delivery_limit_reached(headers, 20, redelivered=False) is None
+    assert delivery_limit_reached(headers, 20, redelivered=True) is not None
     assert DEFAULT_DELIVERY_LIMIT == 20  # RabbitMQ 4.0's default for quorum queues
 
 
@@ -460,3 +472,21 @@ def test_a_quarantine_copy_that_cannot_be_written_is_dead_lettered_with_both_rea
     assert isinstance(decision, DeadLetter)
     assert decision.reason.startswith("r" * 4096 + "... (904 more characters); and the")
     assert decision.reason.endswith("the quarantine copy cannot be written: too big")
+
+
+@pytest.mark.parametrize("audit", [False, True])
+def test_a_copy_leaves_the_staging_queues_counters_behind(
+    new_id: Callable[[], str], *, audit: bool
+) -> None:
+    """x-delivery-count and x-acquired-count are the staging queue's bookkeeping.
+
+    Carried on, the next hop would read staging's returns as its own (a classic target
+    queue never overwrites them); the application's other headers stay, in their order.
+    """
+    headers = {**CANONICAL, DELIVERY_COUNT: Int64(3), "x-acquired-count": Int64(5), "k": "v"}
+    decided, _ = plan(new_id, delivery(headers), target(audit=audit))
+    assert isinstance(decided, Copy)
+    assert DELIVERY_COUNT not in decided.headers
+    assert "x-acquired-count" not in decided.headers
+    assert list(decided.headers) == [*CANONICAL, "k"]
+    assert decided.content_header is None  # changed: encoded afresh, not sent as it came
