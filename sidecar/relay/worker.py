@@ -196,7 +196,9 @@ class RouteWorker:
         Meanwhile the consumer's window follows the bodies seen; a change that fails ends
         the channel too.
         """
-        follow = asyncio.create_task(consumer.follow(connection), name=f"follow:{self.route.name}")
+        follow = asyncio.create_task(
+            consumer.follow(connection, self._publishing), name=f"follow:{self.route.name}"
+        )
         try:
             which, first = await first_of(
                 consumer.wait_closed(), connection.wait_closed(), self._stop.wait(), follow
@@ -221,21 +223,25 @@ class RouteWorker:
         """Stop deliveries, settle in-flight work within the grace period, close.
 
         The cancel waits until nothing is on its way to the consumer, as a re-consume's
-        does (``RouteConsumer.cancel``). While the broker blocks the connection it reads
-        nothing, and the held deliveries are let go at once (they publish nothing while
-        blocked). A reload's cancel and close are sent all the same, each waiting only for
-        its bound: the broker reads them as it unblocks, and the route's successor is then
-        its only consumer. A process stop leaves them to the connection's close.
+        does (``RouteConsumer.cancel``). While the broker blocks the publishing connection
+        (the consuming one, when it is another, is never blocked), nothing held can be
+        published: the held deliveries are let go at once, and no cancel is sent. A cancel
+        would pass a single active consumer's role to another consumer while they are
+        still unacked here, and they would come back behind what it took; the channel's
+        close gives them back as the consumer goes. A reload closes the channels (the
+        route's successor is then the queue's only consumer from this process; a blocked
+        connection reads the close as it unblocks); a process stop leaves them to the
+        connection's close.
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace_s
-        is_blocked = connection.blocked_reason is not None
-        if is_blocked and not self._replaced:
+        if self._publishing.blocked_reason is not None or connection.blocked_reason is not None:
             await self.state.settle_in_flight(grace_s)
             await self._tasks.wait(deadline - loop.time())
+            if self._replaced:
+                await _close_both(consumer, lane)
             return
-        # Blocked, the broker reads no ack: no credit, nothing more comes to fill the window.
-        await consumer.cancel(fill_s=0.0 if is_blocked else min(DRAIN_FILL_MAX_S, grace_s))
+        await consumer.cancel(fill_s=min(DRAIN_FILL_MAX_S, grace_s))
         await self.state.settle_in_flight(deadline - loop.time())
         await self._tasks.wait(deadline - loop.time())
         await _close_both(consumer, lane)

@@ -279,18 +279,25 @@ async def test_the_brokers_cancel_during_a_re_consume_starts_no_new_consumer() -
     assert broker.live_consumers() == 0
 
 
-async def test_no_re_consume_while_the_broker_blocks_the_connection() -> None:
-    """A blocked broker reads nothing: the change waits for the unblock."""
+@pytest.mark.parametrize("apart", [False, True])
+async def test_no_re_consume_while_the_broker_blocks_the_connection(*, apart: bool) -> None:
+    """A blocked broker reads nothing, and acks nothing it blocks: the change waits.
+
+    ``apart``: the route consumes on a connection of its own, which the broker never
+    blocks; only the publishing one is.
+    """
     broker = FakeBroker(deque([KIB] * 50))
-    connection = FakeConnection(broker, blocked_reason="low on memory")
+    blocked = FakeConnection(broker, blocked_reason="low on memory")
+    consuming = FakeConnection(broker) if apart else blocked
     route = worker(prefetch=512)
-    running = asyncio.create_task(route.run(connection, grace_s=2), name="worker")
+    running = asyncio.create_task(
+        route.run(consuming, grace_s=2, publishing=blocked), name="worker"
+    )
     await until(lambda: bool(broker.consuming) and bool(broker.consuming[0].unacked))
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(0.3)
     tag = "acemq-sidecar.orders"
     assert broker.calls == [("open", 1), ("consume", tag)]
-    connection.blocked_reason = None
-    connection.unblocked.set()
+    blocked.unblock()
     async with asyncio.timeout(BOUND_S):
         await broker.all_acked.wait()
     route.request_stop()
@@ -364,11 +371,12 @@ async def test_a_drain_while_the_budget_stops_the_reading_settles_what_waits_unr
     assert broker.peak_read_bytes <= 256 * KIB + 64 * KIB
 
 
-async def test_a_route_replaced_while_the_broker_blocks_cancels_and_closes_its_channel() -> None:
-    """A reload during an alarm: the cancel and close are sent, for the broker to read later.
+async def test_a_route_replaced_while_the_broker_blocks_closes_its_channel_uncancelled() -> None:
+    """A reload during an alarm: the close is sent, for the broker to read later.
 
     Left to the connection's close, the old consumer would go on consuming with the old
-    config (and the old target) once the broker unblocks, beside its successor.
+    config (and the old target) once the broker unblocks, beside its successor. No cancel
+    goes first: the close gives the held deliveries back as the consumer goes.
     """
     broker = FakeBroker(deque([KIB] * 50))
     connection = FakeConnection(broker, blocked_reason="low on memory")
@@ -379,13 +387,41 @@ async def test_a_route_replaced_while_the_broker_blocks_cancels_and_closes_its_c
     async with asyncio.timeout(BOUND_S):
         await running
     (channel,) = broker.consuming
-    tag = "acemq-sidecar.orders"
-    assert ("cancel", tag) in channel.calls
+    assert [op for op, _ in channel.calls if op == "cancel"] == []
     assert not channel.is_open
-    assert channel.live_at_close == 0
     assert broker.acked == 0  # nothing was published while blocked: all went back
     assert broker.requeued >= 1
     assert broker.live_consumers() == 0
+
+
+@pytest.mark.parametrize("stop", ["sigterm", "reload"])
+async def test_a_stop_while_the_publishing_connection_is_blocked_cancels_no_consumer(
+    stop: str,
+) -> None:
+    """RabbitMQ blocks the connection that publishes, never the one that only consumes.
+
+    A single active consumer's cancel while its copies wait for the unblock would make
+    another replica active, and the held deliveries would come back behind what it took.
+    """
+    broker = FakeBroker(deque([KIB] * 20))
+    consuming = FakeConnection(broker)
+    publishing = FakeConnection(broker, blocked_reason="low on memory")
+    route = worker(prefetch=8, single_active_consumer=True)
+    running = asyncio.create_task(
+        route.run(consuming, grace_s=2, publishing=publishing), name="worker"
+    )
+    await until(lambda: bool(broker.consuming) and len(broker.consuming[0].unacked) == 8)
+    await until(lambda: route.state.in_flight == 8)
+    route.request_stop(replaced=stop == "reload")
+    async with asyncio.timeout(BOUND_S):
+        await running
+    (channel,) = broker.consuming
+    assert [op for op, _ in channel.calls if op == "cancel"] == []
+    assert broker.acked == 0
+    assert broker.published == []  # nothing was written while blocked
+    if stop == "reload":
+        assert not channel.is_open
+        assert broker.requeued == 8
 
 
 TIMED_OUT = (
