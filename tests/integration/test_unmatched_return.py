@@ -64,3 +64,74 @@ async def test_an_unmatched_return_is_never_acked_without_a_confirmed_copy(
             copies = [m for m in server.methods("Basic.Publish") if m.exchange == "out"]
             assert len(copies) >= 2, "acked on the confirm that followed an unmatched return"
             await wait_for(lambda: running.service.readiness().ok, what="ready again")
+
+
+async def test_a_return_grown_on_the_way_back_is_never_taken_for_a_routed_copy(
+    run_sidecar: Callable[..., Any],
+) -> None:
+    """Two copies alike but for a header a headers exchange routes by; no id (audit mode).
+
+    The broker holds the first copy's confirm (routed, a slow queue), returns the second
+    with a header an interceptor added (``timestamp_in_ms``), then confirms the second
+    and the first. The return is the second's: its delivery goes to quarantine, and the
+    routed one is acked on its own confirm. Taken for the first, the second's confirm
+    would ack a delivery with no copy anywhere.
+    """
+    outs: list[int] = []
+
+    def answer(channel: int, tag: int, method: Any, header: Any, body: bytes) -> list[Any]:
+        if method.exchange != "out":
+            return [(channel, spec.Basic.Ack(delivery_tag=tag))]
+        outs.append(tag)
+        if len(outs) == 1:
+            return []  # the routed copy's confirm waits
+        headers = dict(header.properties.headers or {}) | {"timestamp_in_ms": 1_790_000_000_000}
+        back = spec.Basic.Return(312, "NO_ROUTE", method.exchange, method.routing_key)
+        content = [
+            ContentHeader(0, len(body), spec.Basic.Properties(headers=headers)),
+            ContentBody(body),
+        ]
+        acks = [spec.Basic.Ack(delivery_tag=tag), spec.Basic.Ack(delivery_tag=outs[0])]
+        return [(channel, frame) for frame in (back, *content, *acks)]
+
+    async with ScriptedBroker() as server:
+        server.on_publish = answer
+        text = route_map_yaml(
+            server.url(),
+            "quarantine",
+            [{"name": "r1", "from": "staging", "exchange": "out"}],
+            mode="audit",
+        )
+        async with run_sidecar(text):
+            consume = await server.wait_for("Basic.Consume")
+            (number,) = [n for n, frame in server.received if frame is consume]
+            for tag, region in ((1, "eu"), (2, "mars")):
+                properties = spec.Basic.Properties(headers={"region": region})
+                deliver = spec.Basic.Deliver(consume.consumer_tag, tag, False, "", "staging")
+                server.send_content(deliver, channel=number, body=b"payload", properties=properties)
+            await wait_for(lambda: _acked(server) >= {1, 2}, what="both deliveries acked")
+            sent = _published(server)
+            assert [exchange for exchange, _ in sent] == ["out", "out", "quarantine"], sent
+            assert sent[-1][1] == "mars", sent  # the quarantine copy is the returned one
+
+
+def _published(server: ScriptedBroker) -> list[tuple[str, object]]:
+    """Each publish's exchange and ``region`` header, but the sidecar's probes (exchange "")."""
+    sent: list[tuple[str, object]] = []
+    publish: Any = None
+    for _, frame in server.received:
+        if isinstance(frame, spec.Basic.Publish):
+            publish = frame
+        elif isinstance(frame, ContentHeader) and publish is not None:
+            if publish.exchange:
+                sent.append((publish.exchange, (frame.properties.headers or {}).get("region")))
+            publish = None
+    return sent
+
+
+def _acked(server: ScriptedBroker) -> set[int]:
+    """The delivery tags the sidecar acked, ``multiple`` included."""
+    acked: set[int] = set()
+    for ack in server.methods("Basic.Ack"):
+        acked |= set(range(1, ack.delivery_tag + 1)) if ack.multiple else {ack.delivery_tag}
+    return acked
