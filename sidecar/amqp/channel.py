@@ -226,6 +226,10 @@ class Channel(PublishingChannel):
         """Whether the link may read the next delivery (see ``consume``); closing, always."""
         return self.state is not ChannelState.OPEN or self._inbound.has_room()
 
+    def carry(self, delta: int) -> None:
+        """Count ``delta`` bytes the consumer holds elsewhere against this channel's budget."""
+        self._inbound.carry(delta)
+
     def on_unread_header(self, unread: UnreadHeader, *, body_size: int) -> None:
         """Handle a content header too large to read (passed over): its size and body size."""
         self._inbound.on_unread_header(unread, body_size=body_size)

@@ -82,6 +82,7 @@ class Inbound:
         self.max_body_bytes: int | None = None  # a larger body passes through, not held
         self._streams: dict[int, BodyStream] = {}  # passing through, by delivery tag
         self.held_bytes = 0  # the body sizes of the deliveries received and not settled
+        self.carried_bytes = 0  # held for the consumer elsewhere (``carry``)
         self._sizes: dict[int, int] = {}  # by delivery tag
         self._tag = 0  # the pending delivery's
 
@@ -115,7 +116,14 @@ class Inbound:
     def has_room(self) -> bool:
         """Whether another delivery may be read now: the bytes unsettled are under budget."""
         budget = self.budget_bytes
-        return budget is None or self.held_bytes < budget
+        return budget is None or self.held_bytes + self.carried_bytes < budget
+
+    def carry(self, delta: int) -> None:
+        """Count ``delta`` bytes held elsewhere against the budget; call ``room`` if freed."""
+        full = not self.has_room()
+        self.carried_bytes += delta
+        if full and self.has_room():
+            self._room()
 
     def settled(self, delivery_tag: int) -> None:
         """Count a delivery's bytes out (acked or rejected); call ``room`` if that made room."""

@@ -170,6 +170,15 @@ class Consumer(Protocol):
         """Whether the connection reads the channel's next delivery now (under its budget)."""
         ...
 
+    def carry(self, delta: int) -> None:
+        """Count ``delta`` bytes held elsewhere against ``max_in_flight_bytes`` (or free them).
+
+        The bodies of deliveries from a channel that closed, whose copies still wait for
+        their confirms: with them counted, the consumer's bytes in flight stay within its
+        budget across channels.
+        """
+        ...
+
     async def qos(self, prefetch_count: int) -> None:
         """Set the prefetch of consumers started after it (per consumer, not channel-wide)."""
         ...

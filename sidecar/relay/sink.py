@@ -109,8 +109,9 @@ class RouteSink:
 
     def begin(self, delivery: Delivery) -> HeldDelivery:
         """Count a delivery in flight from now on; its share in the route's holds."""
-        self._state.begin()
-        return HeldDelivery(self._state, delivery)
+        size = len(delivery.body)
+        generation = self._state.begin(size)
+        return HeldDelivery(self._state, delivery, size=size, generation=generation)
 
     def acked(self, outcome: Outcome, *, started: float, held: HeldDelivery) -> None:
         """Count a delivery acked with ``outcome``, ``started`` on the monotonic clock."""
@@ -121,7 +122,7 @@ class RouteSink:
     def finished(self, held: HeldDelivery) -> None:
         """End a delivery's part in the route's state, however it ended."""
         held.release()
-        self._state.end()
+        self._state.end(held.size, held.generation)
 
     async def give_back(
         self,

@@ -7,6 +7,8 @@ import logging
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from sidecar.clock import Clock
     from sidecar.observe import Metrics, RouteLog
     from sidecar.wire import Delivery
@@ -35,6 +37,11 @@ class RouteState:
         self.stopping = False
         self.held = 0  # deliveries waiting for the broker to take their copy
         self.in_flight = 0
+        self.body_bytes = 0  # the bodies the deliveries in flight hold
+        # Consuming channels opened so far; each delivery keeps the one it came on.
+        self._generation = 0
+        self._carried = 0  # bytes of deliveries from closed channels, counted by the open one
+        self._carry: Callable[[int], None] | None = None
         self.idle = asyncio.Event()
         self.idle.set()
         self._fewer: list[tuple[int, asyncio.Future[None]]] = []  # (at most, waiter)
@@ -111,15 +118,40 @@ class RouteState:
         if self.pause_reason is None:
             self.pause_reason = "stopped"
 
-    def begin(self) -> None:
-        """Count a delivery that arrived as in flight."""
+    def begin(self, size: int = 0) -> int:
+        """Count a delivery that arrived as in flight, holding ``size`` bytes of body.
+
+        Return the consuming channel's generation, for ``end``.
+        """
         self.in_flight += 1
+        self.body_bytes += size
         self.idle.clear()
         self._metrics.add_in_flight(self._route, 1)
+        return self._generation
 
-    def end(self) -> None:
-        """Count a delivery settled or let go as no longer in flight."""
+    def carry_over(self, carry: Callable[[int], None]) -> None:
+        """Count what the deliveries in flight hold against a new consuming channel's budget.
+
+        Their channel closed (the broker's consumer timeout during an alarm, say) while
+        their copies wait for confirms: their bodies stay held, and the new channel must
+        not read a whole budget beside them. ``carry`` is told the bytes held, and each
+        release as those deliveries end.
+        """
+        self._generation += 1
+        self._carried = self.body_bytes
+        self._carry = carry
+        if self._carried:
+            carry(self._carried)
+
+    def end(self, size: int = 0, generation: int | None = None) -> None:
+        """Count a delivery settled or let go as no longer in flight (``begin``'s values)."""
         self.in_flight -= 1
+        self.body_bytes -= size
+        if generation is not None and generation < self._generation and self._carried:
+            released = min(size, self._carried)
+            self._carried -= released
+            if released and self._carry is not None:
+                self._carry(-released)
         self._metrics.add_in_flight(self._route, -1)
         if self.in_flight == 0:
             self.idle.set()
@@ -169,12 +201,21 @@ class RouteState:
 class HeldDelivery:
     """One delivery's share in its route's count of held deliveries (and the delivery)."""
 
-    __slots__ = ("_held", "_state", "delivery")
+    __slots__ = ("_held", "_state", "delivery", "generation", "size")
 
-    def __init__(self, state: RouteState, delivery: Delivery | None = None) -> None:
+    def __init__(
+        self,
+        state: RouteState,
+        delivery: Delivery | None = None,
+        *,
+        size: int = 0,
+        generation: int | None = None,
+    ) -> None:
         self._state = state
         self._held = False
         self.delivery = delivery
+        self.size = size  # the bytes of body it holds
+        self.generation = generation  # of the consuming channel it came on
 
     def take(self, reason: str) -> None:
         """Count the delivery as held (once) and pause the route with the reason."""

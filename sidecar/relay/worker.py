@@ -165,6 +165,8 @@ class RouteWorker:
             # Slow start: the first consumer's window is small, and grows (or shrinks) by
             # re-consuming as content headers tell the bodies' sizes (RouteConsumer.follow).
             channel: Consumer = await connection.channel(prefetch=self._window.start())
+            # Bodies a closed channel's deliveries still hold count against this one's budget.
+            self.state.carry_over(channel.carry)
         except BaseException:
             await lane.close()
             raise

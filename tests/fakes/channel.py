@@ -46,6 +46,7 @@ class FakeChannel(Consuming, PublishRecorder):
     # Sent by the broker, in order, not read by the client (its budget is full).
     unread: deque[tuple[int, int, Subscription]] = field(default_factory=deque)
     read_bytes: int = 0  # the bodies read and not yet settled
+    carried_bytes: int = 0  # held for the consumer elsewhere (``carry``)
     sent: list[Publish] = field(default_factory=list)
     acked: list[int] = field(default_factory=list)
     rejected: list[tuple[int, bool]] = field(default_factory=list)

@@ -64,18 +64,25 @@ class Consuming:
     budgets: list[int | None]
     unread: deque[tuple[int, int, Subscription]]
     read_bytes: int
+    carried_bytes: int
 
     def has_room(self) -> bool:
         """Whether the client reads the next delivery: what it read and holds is in budget."""
         budget = self.budgets[-1] if self.budgets else None
-        return budget is None or self.read_bytes < budget
+        return budget is None or self.read_bytes + self.carried_bytes < budget
+
+    def carry(self, delta: int) -> None:
+        """Count bytes the consumer holds elsewhere against the budget; read on if freed."""
+        self.carried_bytes += delta
+        self.read()
 
     def read(self) -> None:
         """The client reads what waits, in order, while it has room."""
         while self.unread and self.is_open and self.has_room():
             delivery_tag, size, consumer = self.unread.popleft()
             self.read_bytes += size
-            self.broker.peak_read_bytes = max(self.broker.peak_read_bytes, self.read_bytes)
+            held = self.read_bytes + self.carried_bytes
+            self.broker.peak_read_bytes = max(self.broker.peak_read_bytes, held)
             consumer.consumer.body_size(size)
             message = next(self.broker.ids)
             consumer.consumer.deliver(delivery(delivery_tag, message, size))

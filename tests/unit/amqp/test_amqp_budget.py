@@ -152,6 +152,19 @@ async def test_a_full_budget_stops_the_socket_and_an_ack_starts_it_again() -> No
     assert rig.transport.reading  # 70 held
 
 
+async def test_bytes_carried_from_elsewhere_count_against_the_budget_until_released() -> None:
+    """Bodies a closed channel's deliveries still hold: this channel reads beside them only."""
+    rig = await consuming(budget=100)
+    rig.channel.carry(90)
+    rig.link.data_received(deliveries([60, 60]))
+    await turns()
+    assert [d.delivery_tag for d in rig.delivered] == [1]  # 90 + 60 over 100: no second
+    assert not rig.transport.reading
+    rig.channel.carry(-90)  # their copies confirmed: room again
+    await turns()
+    assert [d.delivery_tag for d in rig.delivered] == [1, 2]
+
+
 async def test_a_channel_that_closes_gives_its_budget_back() -> None:
     """Closing, its deliveries go back to the queue: the link reads on, the close-ok too."""
     rig = await consuming(budget=10)

@@ -431,6 +431,40 @@ TIMED_OUT = (
 )
 
 
+async def test_a_reopened_channel_counts_the_bodies_its_closed_ones_deliveries_hold() -> None:
+    """The broker takes a channel's deliveries back while their copies wait for confirms.
+
+    Their bodies stay held until those confirms come; the reopened channel reads only
+    what the budget leaves beside them, and reads on as they are released: the route's
+    bodies in flight never pass the budget plus one message.
+    """
+    budget = 4 * KIB
+    broker = FakeBroker(deque([KIB] * 12), confirm_after_s=1.0)
+    connection = FakeConnection(broker)
+    route = worker(prefetch=8, budget_bytes=budget, single_active_consumer=True)
+    peak = 0
+
+    async def sample() -> None:
+        nonlocal peak
+        while True:
+            peak = max(peak, route.state.body_bytes)
+            await asyncio.sleep(0.001)
+
+    sampling = asyncio.create_task(sample())
+    running = asyncio.create_task(route.run(connection, grace_s=2), name="worker")
+    await until(lambda: route.state.body_bytes == budget)  # four read, their copies waiting
+    broker.consuming[0].closed_by_broker(TIMED_OUT)
+    await until(lambda: len(broker.consuming) == 2)
+    async with asyncio.timeout(BOUND_S):
+        await broker.all_acked.wait()
+    route.request_stop()
+    async with asyncio.timeout(BOUND_S):
+        await running
+    sampling.cancel()
+    assert peak <= budget + KIB, peak
+    assert broker.peak_read_bytes <= budget + KIB
+
+
 async def test_after_the_broker_took_a_delivery_back_the_route_holds_one_half_as_long() -> None:
     """Its consumer_timeout is shorter than the map's: the next hold goes to quarantine in time.
 
