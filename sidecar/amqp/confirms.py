@@ -4,23 +4,15 @@ Publisher confirms settle by delivery tag, ``multiple`` included. A mandatory pu
 does not route comes back as a ``basic.return`` before its confirm; the return marks the
 publish it is for, and the confirm then settles it as returned.
 
-A return is matched only to the publish it provably is. The candidates are the
-unconfirmed publishes to the same exchange and routing key with the same body (a body
-passed through, ``through``, is not held: by its size) and the same ``x-acemq-id``
-(compared as the bytes it is written as: a float NaN is not equal to itself, its bytes
-are). Of those, the one whose content header is the returned one byte for byte is it.
-A broker may add to a message on the way (RabbitMQ's message interceptors stamp
-``timestamp_in_ms`` or the routing node), so when none is exact, the one candidate whose
-properties and header table the returned ones contain is it. Two exact candidates, or
-two contained ones, cannot be told apart: one of them may have been routed and still wait
-for its confirm, and taking it for the returned one would let the returned one's confirm
-settle as routed. Publish order does not decide: the broker's confirms may come in
-another order than the publishes.
-
-A return that is not matched cannot be told from the publishes in flight, so its confirm
-could settle the very publish that did not route: ``fail`` then fails every unconfirmed
-publish at once (their deliveries are given back, never acked without a copy), and the
-confirms that follow for them find nothing to settle.
+A return is matched only to the publish it provably is, among the unconfirmed ones to
+the same exchange and routing key with the same body (a body passed through, ``through``:
+by its size) and ``x-acemq-id`` (as written: a NaN is not equal to itself, its bytes are):
+the one whose content header is the returned one byte for byte, else the one whose
+properties and header table the returned ones contain (a broker's interceptor adds
+``timestamp_in_ms`` on the way). Two such candidates cannot be told apart; publish order
+does not decide (docs/decisions/0073). An unmatched return's confirm could settle the
+very publish that did not route: ``fail`` then fails every unconfirmed publish at once
+(their deliveries are given back, never acked without a copy).
 """
 
 from __future__ import annotations

@@ -265,23 +265,18 @@ class RouteConsumer:
 
     # --- changing the window ---
 
-    async def follow(
-        self, connection: RelayConnection, publishing: RelayConnection | None = None
-    ) -> str:
+    async def follow(self, connection: RelayConnection, publishing: RelayConnection) -> str:
         """Re-consume whenever the window should change; return why, if a change failed.
 
         Runs until cancelled (the channel closed, or a stop). ``consumer_tag`` is the new
         tag before its consume is sent, so a drain's cancel covers the broker's consumer.
-        ``connection`` consumes; ``publishing`` (``connection`` when not given) publishes.
         """
         window = self._window
         while True:
             await window.wanted.wait()
             if (blocked := _blocked(connection, publishing)) is not None:
-                # The broker reads nothing from a blocked connection: a cancel now would
-                # only time out; and while it blocks the publishing one, nothing is acked,
-                # so the window cannot fill for the cancel. Deliveries keep to the current
-                # window meanwhile.
+                # A blocked connection reads nothing (a cancel would time out), and nothing
+                # is acked while the publishing one is: the current window stays meanwhile.
                 await blocked.wait_unblocked()
                 if not connection.is_open:
                     return "connection lost"
@@ -301,9 +296,7 @@ class RouteConsumer:
             if reason is not None:
                 return reason
 
-    async def _reconsume(
-        self, connection: RelayConnection, publishing: RelayConnection | None
-    ) -> str | None:
+    async def _reconsume(self, connection: RelayConnection, via: RelayConnection) -> str | None:
         """Move to a new consumer on the channel (the module's steps); why not, if it failed."""
         window, channel, gate = self._window, self._channel, self._gate
         old, old_tag = window.current, self.consumer_tag
@@ -311,7 +304,7 @@ class RouteConsumer:
             # Try again at a later delivery's header (not at once: nothing to fill now).
             window.wanted.clear()
             return None
-        if _blocked(connection, publishing) is not None:  # blocked while it filled: after it
+        if _blocked(connection, via) is not None:  # blocked while it filled: after it
             gate.release()
             window.wanted.set()
             return None
@@ -373,10 +366,8 @@ async def _room_for(state: RouteState, window: InFlightWindow, *, old: int, new:
     return room()
 
 
-def _blocked(
-    connection: RelayConnection, publishing: RelayConnection | None
-) -> RelayConnection | None:
+def _blocked(connection: RelayConnection, publishing: RelayConnection) -> RelayConnection | None:
     """Return the route's connection the broker blocks, publishing first; None for neither."""
-    if publishing is not None and publishing.blocked_reason is not None:
+    if publishing.blocked_reason is not None:
         return publishing
     return connection if connection.blocked_reason is not None else None

@@ -40,7 +40,7 @@ DEFAULTS: dict[type[Any], dict[str, object]] = {
     Copy: {"content_header": None},
     Relay: {"stripped": ()},
     Publish: {},
-    Attempt: {"alone": False, "holds": 0, "returns": 0},
+    Attempt: {"alone": False, "holds": 0, "returns": 0, "last": None},
     Step: {"events": ()},
     BasicDeliver: {},
     ContentHeader: {},
@@ -95,7 +95,13 @@ SAMPLES: dict[type[Any], dict[str, object]] = {
     },
 }
 _COPY: dict[str, Any] = SAMPLES[Copy]
-_ATTEMPT: dict[str, Any] = {"plan": Copy(**_COPY), "alone": True, "holds": 2, "returns": 1}
+_ATTEMPT: dict[str, Any] = {
+    "plan": Copy(**_COPY),
+    "alone": True,
+    "holds": 2,
+    "returns": 1,
+    "last": "<delivery limit>",
+}
 _DELIVER: dict[str, Any] = {
     "consumer_tag": "<tag>",
     "delivery_tag": 7,
@@ -132,7 +138,7 @@ OTHER_LAST: dict[type[Any], object] = {
     Copy: None,
     Relay: (),
     Publish: False,
-    Attempt: 0,
+    Attempt: "<other>",
     Step: (),
     BasicDeliver: "<other>",
     ContentHeader: b"",
