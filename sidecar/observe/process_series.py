@@ -21,7 +21,7 @@ __all__ = ["PREFIX", "SPAN_DROP_REASONS", "ProcessSeries", "ReloadResult"]
 PREFIX = "acemq_sidecar_"
 
 # Why a span was not exported: the ``reason`` label of trace_spans_dropped_total.
-SPAN_DROP_REASONS = ("queue_full", "export_failed")
+SPAN_DROP_REASONS = ("queue_full", "export_failed", "tracer_failed")
 
 
 class ReloadResult(StrEnum):
@@ -74,7 +74,9 @@ class ProcessSeries:
             f"{PREFIX}trace_spans_dropped_total",
             "Spans not exported (tracing on only), by reason: queue_full = the bounded export"
             " queue was full (the collector is slower than the relay, or down), export_failed"
-            " = the collector did not take a batch. The relay never waits for the collector.",
+            " = the collector did not take a batch, tracer_failed = the tracing raised (the SDK,"
+            " a span processor): that span is lost, the delivery went on. The relay never waits"
+            " for the collector.",
             ["reason"],
             registry=registry,
         )

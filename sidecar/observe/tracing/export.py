@@ -19,6 +19,7 @@ from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 
+from sidecar.observe.tracing.guard import TraceFaults, guarded
 from sidecar.observe.tracing.sampling import SampledTracer, Sampling
 from sidecar.observe.tracing.spans import SpanRouteTracer
 from sidecar.routemap import TraceLink
@@ -192,6 +193,7 @@ class SdkTracing:
     ) -> None:
         self.config = config
         self._invalid = invalid
+        self.faults = TraceFaults(dropped=dropped)  # what a span raised: counted, logged
         self.sampling = sampling_for(config, env)
         self.provider = TracerProvider(
             sampler=ALWAYS_ON,  # the decision is Sampling's, made before a span is asked for
@@ -221,7 +223,7 @@ class SdkTracing:
             sampling=self.sampling,
             follows=self.config.link is TraceLink.PARENT,
             invalid=self._invalid,
-            begin=spans.begin,
+            begin=guarded(spans.begin, self.faults),
         )
 
     def _shutdown(self) -> None:
