@@ -21,8 +21,9 @@ if TYPE_CHECKING:
 __all__ = ["TRACEPARENT", "Parent", "SampledTracer", "Sampling", "traceparent"]
 
 TRACEPARENT: Final = "traceparent"
-# W3C trace context's traceparent: version, trace id, parent id and flags, lower-case hex
-# joined by "-" (55 characters); a version other than 00 may add "-" and more after them.
+# W3C trace context's traceparent: version, trace id, parent id and flags, exactly 2, 32,
+# 16 and 2 lower-case hex digits joined by "-" (55 characters); a version other than 00 may
+# add "-" and more after them. Version ff and all-zero ids are invalid.
 _LENGTH: Final = 55
 _SAMPLED: Final = "13579bdf"  # the flags' last hex digit when the sampled bit is set
 _HEX_OR_DASH: Final = "0123456789abcdef-"
@@ -67,6 +68,8 @@ def _well_formed(value: object) -> str | None:
         head = value[:_LENGTH]
     if value[2] != "-" or value[35] != "-" or value[52] != "-" or head.strip(_HEX_OR_DASH):
         return None  # a dash missing, or a character that is neither hex nor a dash
+    if head.count("-") != 3:
+        return None  # a dash inside a field: its three dashes are the only ones
     return value
 
 
@@ -106,7 +109,7 @@ class SampledTracer:
         sampling: Sampling,
         follows: bool,
         invalid: Callable[[str], None],
-        begin: Callable[[Delivery, Parent | None], DeliveryTrace],
+        begin: Callable[[Delivery, Parent | None], DeliveryTrace | None],
     ) -> None:
         self._route = route
         self._sampling = sampling
@@ -115,7 +118,7 @@ class SampledTracer:
         self._begin = begin
 
     def start(self, delivery: Delivery) -> DeliveryTrace | None:
-        """Start the delivery's span; None when it is sampled out (nothing else is made)."""
+        """Start the delivery's span; None when sampled out (nothing else made) or it failed."""
         raw = delivery.headers.get(TRACEPARENT)
         parent = None
         if raw is not None:
