@@ -18,7 +18,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from sidecar.errors import ConfigError
-from sidecar.routemap.schema import RouteMapFile
+from sidecar.routemap.schema import BoundReason, RouteMapFile
 from sidecar.routemap.text import show
 from sidecar.routemap.yaml_source import format_path
 
@@ -111,7 +111,8 @@ def _describe_error(error: ErrorDetails) -> str:  # noqa: C901, PLR0911, PLR0912
         case "greater_than" | "greater_than_equal" | "less_than" | "less_than_equal":
             annotation, constraints = _schema_at(loc)
             number = "an integer" if annotation is int else "a number"
-            return f"expected {number} {_describe_bounds(constraints)}, got {got}"
+            why = "".join(f" ({c.text})" for c in constraints if isinstance(c, BoundReason))
+            return f"expected {number} {_describe_bounds(constraints)}{why}, got {got}"
         case _ if kind.startswith("config_"):
             return error["msg"]
     return f"{error['msg']}, got {got}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -40,12 +41,27 @@ from sidecar.routemap.model import (
     TraceLink,
     TraceParent,
 )
-from sidecar.routemap.text import show
+from sidecar.routemap.text import masked_url, show
 from sidecar.routemap.yaml_source import ProblemError
 
-__all__ = ["DEFAULT_BROKER_URL", "RouteMapFile", "route_map_json_schema", "split_listen"]
+__all__ = [
+    "DEFAULT_BROKER_URL",
+    "MAX_MESSAGE_SIZE",
+    "BoundReason",
+    "RouteMapFile",
+    "route_map_json_schema",
+    "split_listen",
+]
 
 DEFAULT_BROKER_URL = "${AMQP_URL:-amqp://guest:guest@127.0.0.1:5672/}"
+MAX_MESSAGE_SIZE = 512 * 1024 * 1024  # RabbitMQ's ceiling on its max_message_size, in bytes
+
+
+@dataclass(frozen=True, slots=True)
+class BoundReason:
+    """Why a key's bound is what it is: said in the error that refuses a value past it."""
+
+    text: str
 
 
 def _refuse_bool(value: object) -> object:
@@ -214,9 +230,13 @@ class _BrokerFile(_Strict):
     max_in_flight_bytes: Annotated[
         int, Field(ge=65536, le=2**40), BeforeValidator(_refuse_bool)
     ] = DEFAULT_MAX_IN_FLIGHT_BYTES
-    # A body larger than this is passed through to quarantine in frames, never held.
+    # A body larger than this is passed through to quarantine in frames, never held; no
+    # broker delivers one over its max_message_size, at most 512 MiB.
     max_body_bytes: Annotated[
-        int | None, Field(ge=65536, le=2**40), BeforeValidator(_refuse_bool)
+        int | None,
+        Field(ge=65536, le=MAX_MESSAGE_SIZE),
+        BoundReason("512 MiB, RabbitMQ's largest max_message_size"),
+        BeforeValidator(_refuse_bool),
     ] = None
 
 
@@ -260,7 +280,7 @@ def _otlp_endpoint(value: str | None) -> str | None:
             "config_endpoint",
             'expected the collector\'s URL, http:// or https://, e.g. "http://otel-collector:4318",'
             " got {got}",
-            {"got": show(value)},
+            {"got": show(masked_url(value))},  # interpolated: it may hold a token
         )
     return value
 

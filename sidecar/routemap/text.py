@@ -13,9 +13,11 @@ if TYPE_CHECKING:
     from sidecar.broker import BrokerAddress
     from sidecar.routemap.model import RouteMap
 
-__all__ = ["describe", "show"]
+__all__ = ["describe", "masked_url", "show"]
 
 _SHOW_MAX = 60  # characters of a value quoted in an error
+_MASK = "***"  # a secret's place, as the broker URL's password is shown (BrokerAddress.masked)
+_NOT_USER = frozenset("/?#")  # a user info with one of these is not a user's name alone
 
 
 def show(value: object) -> str:  # noqa: PLR0911 - a case per YAML scalar kind
@@ -38,6 +40,34 @@ def show(value: object) -> str:  # noqa: PLR0911 - a case per YAML scalar kind
     if isinstance(value, list | tuple):
         return "a list"
     return json.dumps(str(value))
+
+
+def masked_url(text: str) -> str:
+    """Return a URL, or what was meant as one, with its secrets as ``***``.
+
+    Hidden: the user info's password, each query value and the fragment. It is read
+    loosely, since it may not parse: the user info runs to the last ``@``, so a password
+    with an unencoded ``/``, ``?``, ``#`` or ``@`` is hidden whole, and one that cannot
+    be told from a path is hidden with its user name.
+    """
+    scheme, sep, rest = text.partition("://")
+    if not sep:
+        scheme, rest = "", text
+    userinfo, at, rest = rest.rpartition("@")
+    if at:
+        user, colon, _ = userinfo.partition(":")
+        if _NOT_USER.isdisjoint(user) and (colon or _NOT_USER.isdisjoint(userinfo)):
+            userinfo = f"{user}:{_MASK}@" if colon else f"{user}@"
+        else:
+            userinfo = f"{_MASK}@"
+    rest, hash_, fragment = rest.partition("#")
+    rest, question, query = rest.partition("?")
+    if question:
+        items = (item.partition("=") for item in query.split("&"))
+        query = "&".join(
+            f"{name}={_MASK}" if eq else _MASK if name else "" for name, eq, _ in items
+        )
+    return f"{scheme}{sep}{userinfo}{rest}{question}{query}{hash_}{_MASK if fragment else ''}"
 
 
 def _login(address: BrokerAddress) -> str:

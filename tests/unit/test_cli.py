@@ -98,6 +98,37 @@ def test_check_invalid_file_exits_2_with_file_and_line(
     assert f"{path}:3: routes[0]" in err
 
 
+@pytest.mark.parametrize(
+    ("endpoint", "shown"),
+    [
+        ("collector:4318/?token=hunter2&tenant=t1", "collector:4318/?token=***&tenant=***"),
+        (
+            "ftp://bob:hunter2@collector:4318/v1?api_key=hunter2",
+            "ftp://bob:***@collector:4318/v1?api_key=***",
+        ),
+        ("bob:hun/ter2@collector:4318", "bob:***@collector:4318"),
+    ],
+)
+def test_check_masks_the_secrets_of_a_refused_tracing_endpoint(
+    endpoint: str,
+    shown: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A refused tracing.endpoint is shown interpolated, its password and query values masked."""
+    monkeypatch.setenv("OTEL_URL", endpoint)
+    path = tmp_path / "routes.yaml"
+    path.write_text(
+        "routes:\n  - {name: a, from: b, to: {exchange: c}}\ntracing:\n  endpoint: ${OTEL_URL}\n"
+    )
+    assert main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"{path}:4: tracing.endpoint: expected the collector's URL"), err
+    assert f'got "{shown}"' in err
+    assert "ter2" not in err
+
+
 @pytest.mark.parametrize(("given", "level"), [("debug", "DEBUG"), ("Warning", "WARNING")])
 def test_run_log_level_is_read_in_any_case(given: str, level: str) -> None:
     """--log-level takes a level name in any case."""

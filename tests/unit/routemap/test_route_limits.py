@@ -93,3 +93,20 @@ def test_a_bad_delivery_limit_is_refused_with_file_and_line() -> None:
     with pytest.raises(ConfigError) as caught:
         parse_route_map(text, source="routes.yaml", env={})
     assert str(caught.value).startswith("routes.yaml:4: routes[0].delivery_limit:"), caught.value
+
+
+@pytest.mark.parametrize("value", [512 * 2**20 + 1, 2**40])
+def test_max_body_bytes_stops_at_rabbitmqs_largest_message(value: int) -> None:
+    """No broker delivers a body over 512 MiB, its max_message_size's ceiling."""
+    with pytest.raises(ConfigError) as caught:
+        parse(f"  max_body_bytes: {value}\n")
+    assert str(caught.value) == (
+        "routes.yaml:3: broker.max_body_bytes: expected an integer from 65536 to 536870912"
+        f" (512 MiB, RabbitMQ's largest max_message_size), got {value}"
+    )
+
+
+def test_max_body_bytes_may_be_the_ceiling_and_over_the_in_flight_budget() -> None:
+    """The budget holds one message past it, whatever its size: no order between the two."""
+    limits = parse("  max_in_flight_bytes: 65536\n  max_body_bytes: 536870912\n")
+    assert (limits.max_in_flight_bytes, limits.max_body_bytes) == (65536, 512 * 2**20)

@@ -15,6 +15,7 @@ from sidecar.routemap import (
     parse_route_map,
     plan_reload,
 )
+from sidecar.routemap.text import masked_url
 
 ROUTES = """\
 routes:
@@ -96,3 +97,23 @@ def test_a_changed_section_restarts_no_route_and_applies_at_the_next_start() -> 
     plan = plan_reload(old, new)
     assert plan.http_changed
     assert plan.restart == ()
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("http://otel-collector:4318", "http://otel-collector:4318"),
+        (
+            "https://bob:hunter2@c:4318/v1?token=hunter2&x",
+            "https://bob:***@c:4318/v1?token=***&***",
+        ),
+        ("c:4318/#hunter2", "c:4318/#***"),
+        ("bob:hun@ter2@c", "bob:***@c"),  # the user info runs to the last @
+        ("hun/ter2@c", "***@c"),  # no user name alone: hidden whole
+        ("api-key@c", "api-key@c"),  # a user without a password is shown
+    ],
+)
+def test_an_endpoint_is_shown_with_its_password_query_values_and_fragment_masked(
+    url: str, shown: str
+) -> None:
+    assert masked_url(url) == shown
