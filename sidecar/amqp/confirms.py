@@ -37,6 +37,10 @@ if TYPE_CHECKING:
 __all__ = ["Confirms"]
 
 NOT_FOUND: Final = 404
+# What RabbitMQ's message interceptors write into a message as it comes in, each added or,
+# set to overwrite, replaced: the timestamp (a header and a property) and the routing node.
+BROKER_HEADERS: Final = frozenset({"timestamp_in_ms", "x-routed-by"})
+BROKER_PROPERTIES: Final = frozenset({"timestamp"})
 
 
 # Told a publish's settlement: its outcome, or the error its channel ended with.
@@ -194,24 +198,28 @@ class Confirms:
 
 
 def _contained(sent: bytes, returned: ContentHeader) -> bool:
-    """Whether every property and header of a publish's content header is in a returned one.
+    """Whether a publish's properties and headers are all in a returned message, as sent.
 
-    Header values compare as the bytes they are written as. A table that cannot be decoded
-    contains, and is contained in, nothing but itself (the exact match).
+    Values compare as the bytes they are written as. What RabbitMQ's interceptors write
+    (``BROKER_HEADERS``, ``BROKER_PROPERTIES``) may have been added or overwritten on the
+    way: it is left out. A table that cannot be decoded contains nothing (only the exact
+    match).
     """
     mine = parse_content_header(sent)
     theirs = returned.headers
     if isinstance(mine.headers, UndecodableTable) or isinstance(theirs, UndecodableTable):
         return False
-    if any(returned.properties.get(name) != value for name, value in mine.properties.items()):
+    if any(
+        returned.properties.get(name) != value
+        for name, value in mine.properties.items()
+        if name not in BROKER_PROPERTIES
+    ):
         return False
-    if not mine.headers:
-        return True
-    if not theirs:
-        return False
+    theirs = theirs or {}
     return all(
-        name in theirs and encode_table({name: value}) == encode_table({name: theirs[name]})
-        for name, value in mine.headers.items()
+        name in BROKER_HEADERS
+        or (name in theirs and encode_table({name: value}) == encode_table({name: theirs[name]}))
+        for name, value in (mine.headers or {}).items()
     )
 
 

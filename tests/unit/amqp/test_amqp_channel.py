@@ -381,6 +381,13 @@ async def test_a_return_with_a_header_added_matches_the_one_publish_it_contains(
         ({"region": "eu"}, {"region": "eu"}, {"region": "eu"}),
         # Both contained in what came back: the first's table is the second's less one.
         ({}, {"region": "mars"}, {"region": "mars", "timestamp_in_ms": 1}),
+        # An interceptor set to overwrite: the second's own stamp replaced, so it is not
+        # contained, and the first (without one) is; the broker's names are left out.
+        (
+            {"x-acemq-id": "b"},
+            {"x-acemq-id": "b", "timestamp_in_ms": 5},
+            {"x-acemq-id": "b", "timestamp_in_ms": 9},
+        ),
     ],
 )
 async def test_a_return_two_publishes_may_be_fails_every_unconfirmed_publish(
