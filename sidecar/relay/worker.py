@@ -232,8 +232,9 @@ class RouteWorker:
         still unacked here, and they would come back behind what it took; the channel's
         close gives them back as the consumer goes. A reload closes the channels (the
         route's successor is then the queue's only consumer from this process; a blocked
-        connection reads the close as it unblocks); a process stop leaves them to the
-        connection's close.
+        connection reads the close as it unblocks); a process stop closes the consuming
+        channel unless its connection is blocked, and leaves the rest to the connection's
+        close.
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace_s
@@ -242,6 +243,8 @@ class RouteWorker:
             await self._tasks.wait(deadline - loop.time())
             if self._replaced:
                 await _close_both(consumer, lane)
+            elif connection.blocked_reason is None:
+                await consumer.close()  # its nack gives back for free on 4.3 (0068)
             return
         await consumer.cancel(fill_s=min(DRAIN_FILL_MAX_S, grace_s))
         await self.state.settle_in_flight(deadline - loop.time())
