@@ -53,6 +53,7 @@ from sidecar.settle.settlement import (
     Hold,
     Outcome,
     Quarantine,
+    bounded,
     internal_error,
     plan_delivery,
 )
@@ -270,8 +271,7 @@ def after(
         case Reading.LET_GO:
             return Step(_LET_GO, attempt, (Left(_words(answer)),))
         case Reading.BUG_IN_QUARANTINE:
-            bug = Bug("a delivery could not be settled", _error(answer))
-            return Step(GiveBack(BUG_REASON), attempt, (bug,))
+            return _bug_in_quarantine(attempt, _error(answer))
         case Reading.BUG:
             error = _error(answer)
             bug = Bug("unexpected error while publishing", error)
@@ -292,6 +292,19 @@ def after(
             decision = decision_for(reading, answer, plan, rules, alone=attempt.alone)
     limits = rules.limits
     return _decided(decision, attempt, held_s=held_s, delay_s=delay_s, limits=limits)
+
+
+def _bug_in_quarantine(attempt: Attempt, error: Exception) -> Step:
+    """Give the delivery back: nowhere is left for it in this process, and it must not spin.
+
+    One that may not go back (``Attempt.last``) is dead-lettered instead: the give-back's
+    channel close would spend the last return its queue allows.
+    """
+    bug = (Bug("a delivery could not be settled", error),)
+    if attempt.last is not None:
+        dead = DeadLetter(f"internal error: {error!r}; {bounded(attempt.last)}")
+        return Step(dead, attempt, bug)
+    return Step(GiveBack(BUG_REASON), attempt, bug)
 
 
 def _words(answer: Answer) -> str:

@@ -621,3 +621,17 @@ def test_the_attempt_before_the_last_is_never_a_requeue(
     nested = [a.then.action for a in actions if isinstance(a, Wait)]
     if spent >= 19:  # of the default limit of 20
         assert not any(isinstance(a, Requeue) for a in (*actions, *nested))
+
+
+def test_a_bug_on_the_quarantine_path_at_the_limit_dead_letters_rather_than_gives_back() -> None:
+    """A give-back closes the channel, which spends the return the queue has left."""
+    message = delivery({**CANONICAL, DELIVERY_COUNT: Int64(19)}, redelivered=True)
+    first = begin(message, target(), now_ms=0, new_id=new_id)
+    then = step_after(first.attempt, Failed(BOOM))
+    assert isinstance(then.action, DeadLetter), then.action
+    assert "internal error: RuntimeError('boom')" in then.action.reason
+    assert "delivery limit: " in then.action.reason
+    assert then.events == (Bug("a delivery could not be settled", BOOM),)
+    below = begin(delivery(), target(), now_ms=0, new_id=new_id)
+    quarantined = step_after(Attempt(plan=TO_QUARANTINE, alone=below.attempt.alone), Failed(BOOM))
+    assert isinstance(quarantined.action, GiveBack)
