@@ -28,6 +28,20 @@ from sidecar.amqp import install_codec
 LOCAL_URL = "amqp://guest:guest@127.0.0.1:5672/"
 
 
+def needs_tool(*names: str, why: str) -> None:
+    """Skip unless one of the commands ``names`` is on PATH (``why``: what it is for).
+
+    Under CI=true a missing tool fails the test instead: .ci/run installs every tool the
+    suites use, and a skip there would pass what was never checked.
+    """
+    if any(shutil.which(name) is not None for name in names):
+        return
+    message = f"{' or '.join(names)} is not on PATH: {why}"
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"{message} (.ci/run installs it)")
+    pytest.skip(message)
+
+
 def reachable(url: str) -> bool:
     """Whether something accepts TCP connections at the URL's host and port."""
     parts = urlsplit(url)

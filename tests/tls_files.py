@@ -6,12 +6,11 @@ as a trust store (``SSL_CERT_FILE``) and as the server's or client's certificate
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import pytest
+from tests.support import needs_tool
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -45,8 +44,7 @@ def _self_signed(directory: Path, name: str) -> None:
 
 def make_tls_files(directory: Path) -> TlsFiles:
     """Write the files into ``directory`` with the ``openssl`` command (skip without it)."""
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl is not on PATH")
+    needs_tool("openssl", why="the test certificates are made with it")
     _self_signed(directory, "server")
     _self_signed(directory, "other")
     _openssl(

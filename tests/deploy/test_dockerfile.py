@@ -28,6 +28,7 @@ from tests.deploy.conftest import (
     render,
     sidecar_container,
 )
+from tests.support import needs_tool
 
 DOCKERFILE = REPO / "Dockerfile"
 DOCKERIGNORE = REPO / ".dockerignore"
@@ -356,8 +357,7 @@ def build_stage(tmp_path_factory: pytest.TempPathFactory) -> BuildStage:
     environment is made without pip and gets every pin of requirements/image.txt, then the
     wheel alone. What remains is the compile step, on the environment's real site-packages.
     """
-    if shutil.which("cc") is None and shutil.which("gcc") is None:
-        pytest.skip("no C compiler here: the compiled build cannot be made")
+    needs_tool("cc", "gcc", why="no C compiler here: the compiled build cannot be made")
     assert sys.version_info[:2] == (3, 11), "the image's Python is 3.11"
     root = tmp_path_factory.mktemp("build-stage")
     stage = root / "stage"

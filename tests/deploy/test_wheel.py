@@ -9,7 +9,6 @@ the contract's vectors; ``ACEMQ_SIDECAR_PURE=1`` builds a wheel of plain Python.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import tomllib
@@ -19,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.deploy.conftest import copy_sources
+from tests.support import needs_tool
 
 REPO = Path(__file__).resolve().parents[2]
 MODULES: list[str] = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"][
@@ -48,8 +48,7 @@ def build_wheel(tmp_path: Path, **env: str) -> Path:
 
 @pytest.fixture(scope="module")
 def compiled_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if shutil.which("cc") is None and shutil.which("gcc") is None:
-        pytest.skip("no C compiler here: the compiled build cannot be made")
+    needs_tool("cc", "gcc", why="no C compiler here: the compiled build cannot be made")
     return build_wheel(tmp_path_factory.mktemp("compiled"), ACEMQ_SIDECAR_PURE="0")
 
 

@@ -25,6 +25,7 @@ from sidecar.wire import Int32
 from tests.conftest import REPO
 from tests.e2e.conftest import Sidecar, eventually, free_port
 from tests.faults.conftest import Fate, scrape
+from tests.support import needs_tool
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
@@ -86,8 +87,7 @@ def _leaf(directory: Path, name: str, *, ca: str, extensions: str) -> None:
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     """Generate the certificates (EC keys: fast)."""
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl is not on PATH")
+    needs_tool("openssl", why="the test certificates are made with it")
     directory = tmp_path_factory.mktemp("pki")
     server = "basicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n"
     server += "subjectAltName=DNS:localhost,IP:127.0.0.1\n"
@@ -113,8 +113,7 @@ async def tls_endpoint(
     amqp_url: str, *, cert: Path, key: Path, ca: Path, verify_client: bool
 ) -> AsyncIterator[int]:
     """Run socat terminating TLS on a loopback port, forwarding to the broker; yield the port."""
-    if shutil.which("socat") is None:
-        pytest.skip("socat is not on PATH")
+    needs_tool("socat", why="it terminates TLS in front of the broker")
     port = free_port()
     broker_port = urlsplit(amqp_url).port or 5672
     listen = (
