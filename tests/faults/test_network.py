@@ -56,8 +56,10 @@ DETECT_BOUND_S = 2.5 * HEARTBEAT_S
 # then one connect.
 RESUME_BOUND_S = 5.0 + 8.0
 # The tests record what they measured against those bounds (docs/reliability.md), and fail
-# only past twice them: a loaded machine may be late, a regression never comes at all.
-MARGIN = 2.0
+# past them plus this machine's allowance: the check's own poll (a /readyz or /metrics
+# request every 50 ms or so) and a late turn of the sidecar's loop or the kernel's timers,
+# on 2 cores shared with the suites beside (measured: at most 0.42 s past the bound).
+ALLOWANCE_S = 2.0
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +124,7 @@ async def wait_not_ready(sidecar: Sidecar, *, since: float) -> float:
 
     await eventually(
         not_ready,
-        timeout_s=MARGIN * DETECT_BOUND_S,
+        timeout_s=DETECT_BOUND_S + ALLOWANCE_S,
         what="/readyz not ready after the cut",
         context=sidecar.output,
     )
@@ -170,7 +172,7 @@ async def test_a_half_open_link_mid_flow_loses_nothing_and_the_relay_resumes(
     detected_s, mended = await outage(sidecar, relay_link)
     left = await left_in_staging(flow, fault="the cut")
     resumed_s = await wait_recovered(sidecar, flow, since=mended, reconnects=1)
-    assert resumed_s <= MARGIN * RESUME_BOUND_S, f"relaying again {resumed_s:.1f}s after"
+    assert resumed_s <= RESUME_BOUND_S + ALLOWANCE_S, f"relaying again {resumed_s:.1f}s after"
     await finish(
         flow,
         sidecar,
@@ -199,7 +201,7 @@ async def test_a_half_open_link_while_idle_is_found_and_the_flow_after_it_relaye
     relay_link.mend()
     mended = time.monotonic()
     resumed_s = await wait_recovered(sidecar, flow, since=mended, reconnects=1)
-    assert resumed_s <= MARGIN * RESUME_BOUND_S, f"relaying again {resumed_s:.1f}s after"
+    assert resumed_s <= RESUME_BOUND_S + ALLOWANCE_S, f"relaying again {resumed_s:.1f}s after"
     await finish(
         flow,
         sidecar,
@@ -304,7 +306,7 @@ async def wait_reconnected(sidecar: Sidecar, *, since: float) -> float:
 
     await eventually(
         reconnected,
-        timeout_s=MARGIN * DETECT_BOUND_S,
+        timeout_s=DETECT_BOUND_S + ALLOWANCE_S,
         what="a reconnect after the silence",
         context=sidecar.output,
     )
