@@ -222,6 +222,11 @@ class Channel(PublishingChannel):
         """Handle a content body frame; False when it must wait (a body passing through)."""
         return self._inbound.on_body(payload)
 
+    @property
+    def consuming(self) -> bool:
+        """Whether a consumer was started on the channel (the link then reads for it)."""
+        return self._consuming
+
     def has_room(self) -> bool:
         """Whether the link may read the next delivery (see ``consume``); closing, always."""
         return self.state is not ChannelState.OPEN or self._inbound.has_room()

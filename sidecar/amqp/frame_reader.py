@@ -77,6 +77,10 @@ class ChannelEnd(Protocol):
     def has_room(self) -> bool:
         """Whether the channel takes another message now (its bytes in flight are in budget)."""
 
+    @property
+    def consuming(self) -> bool:
+        """Whether the channel consumes (its deliveries can make the link write more)."""
+
     def on_unread_header(self, unread: UnreadHeader, *, body_size: int) -> None:
         """Handle a content header too large to read: only its size and body size are known."""
 

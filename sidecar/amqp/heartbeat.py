@@ -33,7 +33,7 @@ class Heartbeats:
     """The heartbeat half of the link (a mixin: the link has the socket and its clocks)."""
 
     loop: asyncio.AbstractEventLoop
-    reading_paused: bool
+    reading_off: bool
     reading_held: bool
     _transport: asyncio.Transport | None
     _last_read: float
@@ -81,7 +81,7 @@ class Heartbeats:
     def _beat(self, interval_s: int) -> Callable[[], None]:
         def beat() -> None:
             now = self.loop.time()
-            if self.reading_paused or self.reading_held:
+            if self.reading_off or self.reading_held:
                 # We stopped reading: what the broker sent waits unread, so its silence
                 # tells nothing. The kernel ends a socket whose writes go unacknowledged.
                 self._last_read = now

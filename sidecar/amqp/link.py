@@ -9,8 +9,11 @@ in one ``write`` call at its end.
 
 A frame it cannot read ends the connection with ``connection.close`` and the reply code of
 the violation (501, 505; 541 for a fault of ours) before the socket closes. While the
-socket's write buffer is over ``WRITE_BUFFER_HIGH`` (a broker that does not read), it
-stops reading, so that nothing it reads can make it write more; a large publish's parts
+socket's write buffer is over ``WRITE_BUFFER_HIGH`` (a broker that does not read), a link
+that consumes stops reading, so that no delivery it reads can make it write more; one that
+only publishes reads on (confirms, returns, ``connection.blocked``: what it has in flight
+bounds them), so that it hears the broker's block before the kernel's bound on what goes
+unacknowledged ends it (``heartbeat``); a large publish's parts
 (``write_parts``) leave only as the buffer drains, and what is written after them waits
 behind them; a body passed through waits for the drain too (``when_drained``). While a
 channel's deliveries hold its budget of bytes, or a body passing through waits (the frame
@@ -153,6 +156,7 @@ class Link(_Writes, Heartbeats, asyncio.Protocol):
         self._resume_due = False
         self._last_read = loop.time()
         self.reading_paused = False  # the write buffer is over its mark
+        self.reading_off = False  # reading stopped for it (a link that consumes)
         self.reading_held = False  # a channel has no room for its next delivery
         self._drained: list[Callable[[], None]] = []  # called once the write buffer drains
 
@@ -182,15 +186,18 @@ class Link(_Writes, Heartbeats, asyncio.Protocol):
         self._transport.write(PROTOCOL_HEADER)
 
     def pause_writing(self) -> None:
-        """Stop reading until the socket's write buffer, over the mark now, drains."""
+        """Hold the parts waiting, and stop reading if it consumes, until the buffer drains."""
         if self._transport is not None and not self.reading_paused:
             self.reading_paused = True
-            self._transport.pause_reading()
+            if any(channel.consuming for channel in self.channels.values()):
+                self.reading_off = True
+                self._transport.pause_reading()
 
     def resume_writing(self) -> None:
         """Read again (unless a channel holds the reading): the write buffer drained."""
         if self._transport is not None and self.reading_paused:
             self.reading_paused = False
+            self.reading_off = False
             self._pump()
             if not self.reading_paused:
                 self._call_drained()
@@ -222,7 +229,7 @@ class Link(_Writes, Heartbeats, asyncio.Protocol):
         if self._reader.held or self.closed.is_set():
             return  # still no room
         self.reading_held = False
-        if self._transport is not None and not self.reading_paused:
+        if self._transport is not None and not self.reading_off:
             self._read_again()
 
     def connection_lost(self, exc: Exception | None) -> None:

@@ -27,6 +27,7 @@ class RecordingEnd:
         self.hot = hot
         self.calls: list[tuple[str, Any]] = []
         self.room = True  # has_room's answer
+        self.consuming = True  # a consumer's channel, unless a test says it only publishes
 
     def on_method(self, method_id: int, payload: bytes) -> bool:
         """Take the hot method (deliver) only."""
@@ -203,6 +204,7 @@ async def test_a_write_buffer_over_the_mark_stops_reading_until_the_broker_drain
     server = await asyncio.start_server(slow_broker, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     link = Link(loop)
+    link.channels[1] = RecordingEnd()  # it consumes: reading on could make it write more
     transport, _ = await loop.create_connection(lambda: link, "127.0.0.1", port)
     try:
         chunk = b"\0" * WRITE_BATCH_BYTES
@@ -255,3 +257,24 @@ async def test_the_kernel_is_given_the_heartbeats_bound_except_while_the_broker_
     link.blocked = False
     assert transport.socket.options[option] == 60_000
     link.abort(ConnectionError("done"))
+
+
+async def test_a_link_that_only_publishes_reads_on_while_its_writes_wait() -> None:
+    """It hears connection.blocked at once, so the kernel's bound is lifted in time.
+
+    Waiting unread behind a full write buffer, the block would be read only after the
+    kernel's bound on what goes unacknowledged (two heartbeats) had ended the connection.
+    A link that consumes stops reading: a delivery could make it write more.
+    """
+    link, transport, channel, control = linked()
+    channel.consuming = False
+    link.pause_writing()
+    assert link.reading_paused  # the parts still wait for the drain
+    assert transport.reading
+    blocked = pamqp_frame.marshal(spec.Connection.Blocked(reason="low on memory"), 0)
+    link.data_received(blocked)
+    assert [kind for kind, _ in control.calls] == ["control"]
+    link.resume_writing()
+    channel.consuming = True
+    link.pause_writing()
+    assert not transport.reading
