@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests.brokers import module_node
+from tests.brokers import CONSUMER_TIMED_OUT, module_node
 from tests.e2e.conftest import (
     Sidecar,
     declare_quarantine,
@@ -257,8 +257,7 @@ async def test_a_delivery_the_brokers_consumer_timeout_took_back_is_quarantined_
     advice = sidecar.stderr().count("Set broker.consumer_timeout_s")
     assert advice == 1, sidecar.output()
     assert await nb.depth(staging) == 0
-    # 3.10: "timed out waiting for delivery acknowledgement"; 4.x words it otherwise.
-    timed_out = node_log(node).count("acknowledgement")
+    timed_out = len(CONSUMER_TIMED_OUT.findall(node_log(node)))
     report(
         "the broker's consumer_timeout under the map's, quorum limit 1, target full",
         messages=len(ids),

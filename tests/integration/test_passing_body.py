@@ -16,6 +16,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+import aiormq
 import pytest
 
 from sidecar.contract import ERROR as ERROR_HEADER
@@ -38,6 +39,7 @@ async def test_a_body_over_the_limit_goes_to_quarantine_whole_while_another_rout
         ("4.0", "4.3"),
         "4.x's default max_message_size (16 MiB) refuses the test's 20 MiB"
         " body at its publish into staging",
+        raises=aiormq.exceptions.ChannelPreconditionFailed,
     )
     staging, other = await broker.queue("staging.passing"), await broker.queue("staging.other")
     target = await broker.exchange("target.passing", "fanout")

@@ -334,11 +334,11 @@ async def memory_watermark(ctl: RabbitCtl) -> tuple[str, ...]:
     return ("absolute", absolute.group(1)) if absolute else (setting,)
 
 
-def node_log_lines(node: PrivateNode, text: str) -> list[str]:
-    """The private node's log lines that contain ``text``, oldest first."""
+def node_log_lines(node: PrivateNode, text: str | re.Pattern[str]) -> list[str]:
+    """The private node's log lines that contain ``text`` (or match it), oldest first."""
     return [
         line
         for path in sorted(node.base.glob("log/*.log"))
         for line in path.read_text(encoding="utf-8", errors="replace").splitlines()
-        if text in line
+        if (text in line if isinstance(text, str) else text.search(line) is not None)
     ]
