@@ -38,8 +38,9 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.brokers import in_root
+from tests.e2e.conftest import free_port
 from tests.faults.conftest import RabbitCtl
-from tests.faults.private_node import node_port, rabbitmq_ids
+from tests.faults.private_node import rabbitmq_ids
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -347,8 +348,8 @@ def three_node_cluster(
         nodes = tuple(
             Node(
                 name=f"acemq-{run}-{member}@{host.hostname if host else 'localhost'}",
-                amqp_port=node_port(),
-                dist_port=node_port(),
+                amqp_port=free_port(),
+                dist_port=free_port(),
                 base=Path(folder) / member,
                 cookie=cookie,
                 inside=host.exec if host else chrooted,

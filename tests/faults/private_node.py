@@ -23,9 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
-import random
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -36,6 +34,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.brokers import in_root
+from tests.e2e.conftest import free_port
 from tests.faults.conftest import RabbitCtl
 
 if TYPE_CHECKING:
@@ -44,7 +43,6 @@ if TYPE_CHECKING:
     from tests.faults.netns import NetHost
 
 START_TIMEOUT_S = 90.0
-NODE_PORTS = 10_000  # a node's ports are drawn from this many below the ephemeral range
 CTL_TIMEOUT_S = 60.0
 POLL_S = 0.5
 
@@ -168,33 +166,6 @@ def _folder(parent: Path | None) -> Iterator[Path]:
             time.sleep(POLL_S)
 
 
-def node_port() -> int:
-    """Return a port for a node to listen on, free now, from below the ephemeral range.
-
-    A node binds its ports seconds after they are chosen: a port from the ephemeral range
-    could be handed to any outgoing connection meanwhile, one below it only to a node.
-    """
-    low = _ephemeral_low()
-    for _ in range(200):
-        port = random.randrange(max(1024, low - NODE_PORTS), low)
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError(f"no free port in the {NODE_PORTS} below {low}")
-
-
-def _ephemeral_low() -> int:
-    """The first port of the kernel's ephemeral range (32768 where it cannot be read)."""
-    try:
-        low, _ = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
-    except (OSError, ValueError):
-        return 32768
-    return int(low)
-
-
 def _run_node(
     name: str,
     base: Path,
@@ -204,31 +175,7 @@ def _run_node(
     inside: tuple[str, ...],
     root: Path | None = None,
 ) -> Iterator[PrivateNode]:
-    """Start the node, once more on other ports if the first start fails; stop it after."""
-    started = _start_node(name, base, conf=conf, advanced=advanced, inside=inside, root=root)
-    if isinstance(started, str):  # a port taken meanwhile, say: once more, on others
-        _ctl(name, "stop", inside=inside)
-        started = _start_node(name, base, conf=conf, advanced=advanced, inside=inside, root=root)
-    if isinstance(started, str):
-        _ctl(name, "stop", inside=inside)
-        pytest.fail(f"private node {name} did not start, twice:\n{started}")
-    try:
-        yield started
-    finally:
-        _ctl(name, "stop", inside=inside)
-
-
-def _start_node(
-    name: str,
-    base: Path,
-    *,
-    conf: str,
-    advanced: str,
-    inside: tuple[str, ...],
-    root: Path | None,
-) -> PrivateNode | str:
-    """Write the node's files, start it, wait for it; why not, when it did not come up."""
-    amqp_port, dist_port = node_port(), node_port()
+    amqp_port, dist_port = free_port(), free_port()
     node = PrivateNode(name=name, amqp_port=amqp_port, base=base, inside=inside)
     # In a test host's namespace, every address there is the test's own.
     listen = "0.0.0.0" if inside else "127.0.0.1"  # noqa: S104
@@ -264,20 +211,22 @@ def _start_node(
         text=True,
         timeout=CTL_TIMEOUT_S,
     )
-    failure = _await_startup(node, output=f"{started.stdout}{started.stderr}")
-    return node if failure is None else failure
+    try:
+        _await_startup(node, output=f"{started.stdout}{started.stderr}")
+        yield node
+    finally:
+        _ctl(name, "stop", inside=inside)
 
 
-def _await_startup(node: PrivateNode, *, output: str) -> str | None:
-    """Wait for the node; return why it did not start in time, None once it did."""
+def _await_startup(node: PrivateNode, *, output: str) -> None:
     # await_startup fails at once until the node has registered with epmd: poll it.
     deadline = time.monotonic() + START_TIMEOUT_S
     while True:
         result = _ctl(node.name, "await_startup", inside=node.inside)
         if result.returncode == 0:
-            return None
+            return
         if time.monotonic() > deadline:
-            return (
+            pytest.fail(
                 f"private node {node.name} did not start within {START_TIMEOUT_S:g}s:"
                 f" {result.stdout}{result.stderr}\n{output}\n{node.log_tail()}"
             )
