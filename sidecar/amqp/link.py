@@ -1,19 +1,16 @@
 """The link: the socket as an asyncio protocol. Frames in, batched writes out, heartbeats.
 
-Its heartbeats and the kernel's bound on what goes unacknowledged are
-:mod:`sidecar.amqp.heartbeat`'s.
-The bytes it reads go to its :class:`~sidecar.amqp.frame_reader.FrameReader`, which cuts
-them into frames and hands each to whoever owns its channel number (the channels in
-``channels``, channel 0 to ``control``). Writes made in one turn of the event loop leave
-in one ``write`` call at its end.
+Its heartbeats and the kernel's bound on unacknowledged writes are ``heartbeat``'s. The
+bytes it reads go to its ``FrameReader``, which cuts them into frames for the owner of
+each channel number (``channels``; channel 0: ``control``). Writes made in one turn of the
+event loop leave in one ``write`` call at its end.
 
 A frame it cannot read ends the connection with ``connection.close`` and the reply code of
 the violation (501, 505; 541 for a fault of ours) before the socket closes. While the
 socket's write buffer is over ``WRITE_BUFFER_HIGH`` (a broker that does not read), a link
 that consumes stops reading, so that no delivery it reads can make it write more; one that
-only publishes reads on (confirms, returns, ``connection.blocked``: what it has in flight
-bounds them), so that it hears the broker's block before the kernel's bound on what goes
-unacknowledged ends it (``heartbeat``); a large publish's parts
+only publishes reads on (what it has in flight bounds its confirms and returns), so that
+it hears ``connection.blocked`` before the kernel's bound ends it. A large publish's parts
 (``write_parts``) leave only as the buffer drains, and what is written after them waits
 behind them; a body passed through waits for the drain too (``when_drained``). While a
 channel's deliveries hold its budget of bytes, or a body passing through waits (the frame
