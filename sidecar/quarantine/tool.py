@@ -29,7 +29,12 @@ from sidecar.quarantine.reader import (
     queue_depth,
 )
 from sidecar.quarantine.rows import row_of
-from sidecar.settle import ORIGINAL_HEADER_BYTES, QUARANTINED_FROM, original_headers
+from sidecar.settle import (
+    ORIGINAL_HEADER_BYTES,
+    QUARANTINED_FROM,
+    QUEUE_COUNTERS,
+    original_headers,
+)
 
 if TYPE_CHECKING:
     import ssl
@@ -57,8 +62,6 @@ __all__ = [
 
 PUBLISHES_IN_FLIGHT: Final = 256  # replays published and awaiting their confirm at once
 SLOW_CONFIRM_S: Final = 30.0
-DELIVERY_COUNT: Final = "x-delivery-count"  # a quorum queue's annotation of its own deliveries
-ACQUIRED_COUNT: Final = "x-acquired-count"  # and, from RabbitMQ 4.3, of every delivery
 CONNECTION_NAME: Final = "acemq-sidecar quarantine"
 
 
@@ -214,8 +217,8 @@ def plan_replay(
             "undecodable original: its header table travels as raw bytes in"
             " acemq-original-headers, there is no table to restore"
         )
-    original.pop(DELIVERY_COUNT, None)
-    original.pop(ACQUIRED_COUNT, None)
+    for counter in QUEUE_COUNTERS:
+        original.pop(counter, None)
     headers = stamp_replay(original, replayed_from=quarantine, now_ms=now_ms)
     return Replay(queue=destination, properties=dict(delivery.properties), headers=headers)
 

@@ -53,6 +53,7 @@ from sidecar.settle.rules import Rules
 from sidecar.settle.settlement import (
     DEFAULT_DELIVERY_LIMIT,
     DELIVERY_COUNT,
+    QUEUE_COUNTERS,
     Copy,
     Outcome,
     Plan,
@@ -86,6 +87,7 @@ __all__ = [
     "PUBLISHED",
     "QUARANTINED_FROM",
     "QUARANTINE_SHARE",
+    "QUEUE_COUNTERS",
     "READINGS",
     "Ack",
     "Answer",
