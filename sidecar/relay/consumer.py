@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from sidecar.relay.state import RouteState
     from sidecar.wire import Delivery
 
-__all__ = ["InFlightWindow", "RouteConsumer"]
+__all__ = ["InFlightWindow", "RouteConsumer", "blocked_of"]
 
 log = logging.getLogger("sidecar.relay")  # the relay's lines, whichever module writes them
 
@@ -274,7 +274,7 @@ class RouteConsumer:
         window = self._window
         while True:
             await window.wanted.wait()
-            if (blocked := _blocked(connection, publishing)) is not None:
+            if (blocked := blocked_of(connection, publishing)) is not None:
                 # A blocked connection reads nothing (a cancel would time out), and nothing
                 # is acked while the publishing one is: the current window stays meanwhile.
                 await blocked.wait_unblocked()
@@ -304,7 +304,7 @@ class RouteConsumer:
             # Try again at a later delivery's header (not at once: nothing to fill now).
             window.wanted.clear()
             return None
-        if _blocked(connection, via) is not None:  # blocked while it filled: after it
+        if blocked_of(connection, via) is not None:  # blocked while it filled: after it
             gate.release()
             window.wanted.set()
             return None
@@ -366,7 +366,7 @@ async def _room_for(state: RouteState, window: InFlightWindow, *, old: int, new:
     return room()
 
 
-def _blocked(connection: RelayConnection, publishing: RelayConnection) -> RelayConnection | None:
+def blocked_of(connection: RelayConnection, publishing: RelayConnection) -> RelayConnection | None:
     """Return the route's connection the broker blocks, publishing first; None for neither."""
     if publishing.blocked_reason is not None:
         return publishing

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from sidecar.amqp import ChannelLostError, MissingEntityError
 from sidecar.flow import Backoff
 from sidecar.observe import RouteLog
-from sidecar.relay.consumer import InFlightWindow, RouteConsumer
+from sidecar.relay.consumer import InFlightWindow, RouteConsumer, blocked_of
 from sidecar.relay.lane import PublishLane
 from sidecar.relay.settler import Settler
 from sidecar.relay.state import RouteState
@@ -238,7 +238,7 @@ class RouteWorker:
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace_s
-        if self._publishing.blocked_reason is not None or connection.blocked_reason is not None:
+        if blocked_of(connection, self._publishing) is not None:
             await self.state.settle_in_flight(grace_s)
             await self._tasks.wait(deadline - loop.time())
             if self._replaced:
