@@ -516,8 +516,8 @@ def _run(*steps: Callable[[RouteModel], None]) -> None:
 def test_a_return_stamped_on_its_way_is_never_taken_for_an_alike_routed_copy() -> None:
     """Two alike copies, the second returned with timestamp_in_ms added on its way.
 
-    Matched to the first (routed, unconfirmed), the second's ack acked its message with
-    no copy stored anywhere (74392b5).
+    Matched to the first (routed, unconfirmed), the second's ack would ack its message
+    with no copy stored anywhere.
     """
     _run(
         lambda m: m.start(single_active=True, return_retries=0, nack_is_free=False),
@@ -532,8 +532,8 @@ def test_a_return_stamped_on_its_way_is_never_taken_for_an_alike_routed_copy() -
 def test_a_return_whose_stamp_was_overwritten_is_never_taken_for_another_copy() -> None:
     """Quarantine copies, one stamped into staging, returned with its stamp overwritten.
 
-    "Contained" alone took the unstamped copy for it: the stamped message was acked on a
-    returned quarantine copy.
+    Matched by "contained" alone, with the broker's stamp compared, the unstamped copy
+    would be taken for it, and the stamped message acked on a returned quarantine copy.
     """
     _run(
         lambda m: m.start(single_active=True, return_retries=0, nack_is_free=False),
