@@ -13,8 +13,9 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sidecar.amqp import connect
-from sidecar.broker import Failover
+from sidecar.amqp import ClientOptions, connect
+from sidecar.broker import Failover, nack_is_free
+from sidecar.contract import ID
 from sidecar.errors import TlsFileError
 from sidecar.flow import Backoff
 from sidecar.relay import first_of, sleep_unless
@@ -37,6 +38,10 @@ log = logging.getLogger("sidecar.service")  # the process's lines, whichever mod
 CONSUMING_NAME = "acemq-sidecar"
 PUBLISHING_NAME = "acemq-sidecar publish"
 HEALTHY_SESSION_S = 30.0  # a connection that lived this long resets the reconnect backoff
+# What the client is told: copies alike but for their x-acemq-id are told apart by it when
+# one comes back, and a consuming channel nacks before its close where the broker's release
+# spends no delivery attempt on a nack.
+OPTIONS = ClientOptions(match_header=ID, nack_is_free=nack_is_free)
 
 
 def _ssl_context(broker: BrokerConfig, address: BrokerAddress) -> ssl.SSLContext | None:
@@ -77,6 +82,7 @@ async def _connect_both(broker: BrokerConfig, address: BrokerAddress) -> Connect
             connect_timeout_s=broker.connect_timeout_s,
             ssl_context=_ssl_context(broker, address),
             name=name,
+            options=OPTIONS,
         )
 
     consuming = await one(CONSUMING_NAME)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from sidecar.amqp.channel import Channel
 from sidecar.amqp.codec import install_codec
-from sidecar.amqp.connection import Connection, QueueCounts, connect
+from sidecar.amqp.connection import ClientOptions, Connection, QueueCounts, connect
 from sidecar.amqp.lifecycle import ChannelState
 from sidecar.amqp.protocols import (
     AckChannel,
@@ -52,6 +52,7 @@ __all__ = [
     "ChannelClosedError",
     "ChannelLostError",
     "ChannelState",
+    "ClientOptions",
     "ConnectFailedError",
     "Connection",
     "Consumer",

@@ -6,7 +6,8 @@ publish it is for, and the confirm then settles it as returned.
 
 A return is matched only to the publish it provably is, among the unconfirmed ones to
 the same exchange and routing key with the same body (a body passed through, ``through``:
-by its size) and ``x-acemq-id`` (as written: a NaN is not equal to itself, its bytes are):
+by its size) and value of the match header (``ClientOptions.match_header``, the relay's
+``x-acemq-id``; as written: a NaN is not equal to itself, its bytes are):
 the one whose content header is the returned one byte for byte, else the one whose
 properties and header table the returned ones contain (a broker's interceptor adds
 ``timestamp_in_ms`` on the way). Two such candidates cannot be told apart; publish order
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final, TypeAlias, cast
 
-from sidecar.contract import ID
 from sidecar.errors import ChannelClosedError, ChannelLostError, MissingEntityError, WireError
 from sidecar.wire import (
     PublishOutcome,
@@ -55,10 +55,10 @@ class _Publish:
     """
 
     __slots__ = (
-        "acemq_id",
         "body",
         "exchange",
         "header",
+        "matched",
         "returned",
         "routing_key",
         "settled",
@@ -72,7 +72,7 @@ class _Publish:
         routing_key: str,
         header: bytes,
         body: Body,
-        acemq_id: object,
+        matched: object,
         through: int,
     ) -> None:
         self.settled = settled  # called once, with the outcome or the channel's error
@@ -80,7 +80,7 @@ class _Publish:
         self.routing_key = routing_key
         self.header = header  # the content header's payload as sent
         self.body = body
-        self.acemq_id = acemq_id  # the x-acemq-id header as sent, None without one
+        self.matched = matched  # the match header's value as sent, None without one
         self.through = through  # the size of a body passed through (``body`` is empty then)
         self.returned = False
 
@@ -88,8 +88,9 @@ class _Publish:
 class Confirms:
     """The unconfirmed publishes of one channel, by delivery tag."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, *, match_header: str | None = None) -> None:
         self._loop = loop
+        self._match_header = match_header  # ClientOptions.match_header
         self._next_tag = 0
         self._unconfirmed: dict[int, _Publish] = {}
 
@@ -100,7 +101,7 @@ class Confirms:
         routing_key: str,
         header: bytes,
         body: Body,
-        acemq_id: object = None,
+        matched: object = None,
         through: int = 0,
     ) -> asyncio.Future[PublishOutcome]:
         """Take the next delivery tag for a publish about to be sent; return its outcome.
@@ -114,7 +115,7 @@ class Confirms:
             routing_key=routing_key,
             header=header,
             body=body,
-            acemq_id=acemq_id,
+            matched=matched,
             through=through,
         )
         return future
@@ -127,7 +128,7 @@ class Confirms:
         routing_key: str,
         header: bytes,
         body: Body,
-        acemq_id: object = None,
+        matched: object = None,
         through: int = 0,
     ) -> None:
         """Take the next delivery tag for a publish about to be sent; tell ``settled`` once.
@@ -137,7 +138,7 @@ class Confirms:
         """
         self._next_tag += 1
         self._unconfirmed[self._next_tag] = _Publish(
-            settled, exchange, routing_key, header, body, acemq_id, through
+            settled, exchange, routing_key, header, body, matched, through
         )
 
     def passed_through(self, method: BasicReturn, body_size: int) -> bool:
@@ -156,7 +157,9 @@ class Confirms:
         its size.
         """
         headers = header.headers
-        returned_id = _id_bytes(headers.get(ID) if isinstance(headers, dict) else None)
+        name = self._match_header
+        returned = headers.get(name) if name is not None and isinstance(headers, dict) else None
+        returned_id = _id_bytes(returned)
         candidates = [
             publish
             for publish in self._unconfirmed.values()
@@ -168,7 +171,7 @@ class Confirms:
                 if body is None
                 else not publish.through and publish.body == body
             )
-            and _id_bytes(publish.acemq_id) == returned_id
+            and _id_bytes(publish.matched) == returned_id
         ]
         exact = [publish for publish in candidates if publish.header == header.payload]
         if not exact:
@@ -224,7 +227,7 @@ def _contained(sent: bytes, returned: ContentHeader) -> bool:
 
 
 def _id_bytes(value: object) -> bytes | None:
-    """Return the bytes an ``x-acemq-id`` value is written as; None for none.
+    """Return the bytes a match header's value is written as; None for none.
 
     Equal bytes are the same id on the wire, whatever ``==`` says of the decoded values (a
     float NaN, a ``Decimal`` at another scale). A value that cannot be written compares by
@@ -233,7 +236,7 @@ def _id_bytes(value: object) -> bytes | None:
     if value is None:
         return None
     try:
-        return encode_table({ID: cast("FieldValue", value)})
+        return encode_table({"": cast("FieldValue", value)})
     except WireError:
         return f"{type(value).__qualname__}:{value!r}".encode()
 

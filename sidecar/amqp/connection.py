@@ -28,12 +28,32 @@ from sidecar.errors import (
 
 if TYPE_CHECKING:
     import ssl
+    from collections.abc import Callable
 
     from sidecar.broker import BrokerAddress
 
-__all__ = ["Connection", "QueueCounts", "connect"]
+__all__ = ["ClientOptions", "Connection", "QueueCounts", "connect"]
 
 CLIENT_NAME: Final = "acemq-sidecar"
+
+
+def _never(server_version: object) -> bool:  # noqa: ARG001 - the default: no release is
+    return False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClientOptions:
+    """What the client is told of the messages it carries and of the broker's releases.
+
+    ``match_header``: a header whose value tells alike publishes apart when one comes back
+    (``basic.return``), None for none. ``nack_is_free``: from the broker's ``version``
+    property, whether a requeueing ``basic.nack`` spends no attempt of a quorum queue's
+    delivery limit; where it is free, a consuming channel nacks what it holds before
+    its close.
+    """
+
+    match_header: str | None = None
+    nack_is_free: Callable[[object], bool] = _never
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -178,6 +198,7 @@ async def connect(
     connect_timeout_s: float,
     ssl_context: ssl.SSLContext | None = None,
     name: str = CLIENT_NAME,
+    options: ClientOptions = ClientOptions(),
 ) -> Connection:
     """Open a connection; raise :class:`ConnectFailedError` with the reason when it fails.
 
@@ -192,7 +213,7 @@ async def connect(
     """
     codec.install_codec()
     loop = asyncio.get_running_loop()
-    link = Link(loop)
+    link = Link(loop, match_header=options.match_header)
     link.control = control = Control(link)
     context: ssl.SSLContext | bool | None = (ssl_context or True) if address.tls else None
     timeout_s = (
@@ -207,7 +228,14 @@ async def connect(
                 ssl=context,
                 server_hostname=address.host if context else None,
             )
-            tuned = await handshake(link, control, address, heartbeat_s=heartbeat_s, name=name)
+            tuned = await handshake(
+                link,
+                control,
+                address,
+                heartbeat_s=heartbeat_s,
+                name=name,
+                nack_is_free=options.nack_is_free,
+            )
     except (OSError, TimeoutError, ValueError) as e:  # ssl.SSLError is an OSError
         link.abort(BrokerConnectionError("connect failed"))
         raise ConnectFailedError(f"cannot connect to the broker: {e!r}") from e

@@ -26,10 +26,11 @@ from sidecar import __version__
 from sidecar.amqp.link import CHANNEL_MAX, FRAME_MAX_CEILING
 from sidecar.amqp.violations import FrameError
 from sidecar.errors import BrokerConnectionError
-from sidecar.settle import nack_is_free
 from sidecar.wire import FRAME_END, FRAME_METHOD, HEADER
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from sidecar.amqp.link import Link
     from sidecar.broker import BrokerAddress
 
@@ -222,7 +223,13 @@ def _refused(mechanism: str, address: BrokerAddress, error: BaseException) -> Ex
 
 
 async def handshake(
-    link: Link, control: Control, address: BrokerAddress, *, heartbeat_s: int, name: str
+    link: Link,
+    control: Control,
+    address: BrokerAddress,
+    *,
+    heartbeat_s: int,
+    name: str,
+    nack_is_free: Callable[[object], bool],
 ) -> Tuned:
     """Log in, tune and open the vhost; return what was agreed (the link is tuned by then).
 
@@ -230,6 +237,7 @@ async def handshake(
     Java client, the least non-zero of the broker's and ours wins, so 0 on one side
     takes the other's. The broker's frame size is taken (up to ``FRAME_MAX_CEILING``, which
     is also ours when it sets none), unless the URL's ``frame_max`` is lower.
+    ``nack_is_free`` reads the broker's ``version`` property into the link's.
     """
     start = await control.next(spec.Connection.Start)
     mechanism = choose_mechanism(address, _offered(start.mechanisms))

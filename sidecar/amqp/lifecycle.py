@@ -55,6 +55,7 @@ class ChannelLink(Protocol):
     frame_max: int
     blocked: bool  # the broker reads nothing from the link now (connection.blocked)
     nack_is_free: bool  # a requeueing basic.nack spends no quorum delivery attempt (4.3+)
+    match_header: str | None  # the header that tells alike publishes apart (ClientOptions)
 
     def write(self, data: bytes | list[bytes | memoryview]) -> None:
         """Queue bytes for the socket (a list: parts that leave as it takes them, unjoined)."""

@@ -138,8 +138,9 @@ class _Writes:
 class Link(_Writes, Heartbeats, asyncio.Protocol):
     """The socket: frames in, batched writes out, heartbeats, and who is waiting on what."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, *, match_header: str | None = None) -> None:
         self.loop = loop
+        self.match_header = match_header  # what tells alike publishes apart (ClientOptions)
         self.frame_max = FRAME_MAX
         self.nack_is_free = False  # the handshake learns it from the broker's version
         self.channel_max = CHANNEL_MAX

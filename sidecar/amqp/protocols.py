@@ -15,8 +15,14 @@ if TYPE_CHECKING:
 
     from sidecar.amqp.confirms import Settled
     from sidecar.amqp.stream import BodyStream
-    from sidecar.contract import PropertyValue
-    from sidecar.wire import Body, Delivery, FieldValue, PublishOutcome, UndecodableTable
+    from sidecar.wire import (
+        Body,
+        Delivery,
+        FieldValue,
+        PropertyValue,
+        PublishOutcome,
+        UndecodableTable,
+    )
 
 __all__ = ["AckChannel", "Consumer", "Publisher", "RelayChannel", "RelayConnection"]
 

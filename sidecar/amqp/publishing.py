@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 from sidecar.amqp.confirms import Confirms
 from sidecar.amqp.lifecycle import ChannelLife, ChannelState
 from sidecar.amqp.stream import PassOn
-from sidecar.contract import ID
 from sidecar.errors import ChannelLostError, WireError
 from sidecar.wire import UndecodableTable, publish_frames, publish_parts
 from sidecar.wire import content_header as encode_content_header
@@ -28,8 +27,7 @@ if TYPE_CHECKING:
     from sidecar.amqp.confirms import Settled
     from sidecar.amqp.lifecycle import ChannelLink
     from sidecar.amqp.stream import BodyStream
-    from sidecar.contract import PropertyValue
-    from sidecar.wire import Body, FieldValue, PublishOutcome
+    from sidecar.wire import Body, FieldValue, PropertyValue, PublishOutcome
 
 __all__ = ["WHOLE_BODY_MAX", "PublishingChannel"]
 
@@ -43,7 +41,7 @@ class PublishingChannel(ChannelLife):
 
     def __init__(self, link: ChannelLink, number: int) -> None:
         super().__init__(link, number)
-        self._confirms = Confirms(link.loop)
+        self._confirms = Confirms(link.loop, match_header=link.match_header)
         self._pass_on = PassOn(link, number, is_open=lambda: self.state is ChannelState.OPEN)
 
     async def publish(
@@ -71,8 +69,9 @@ class PublishingChannel(ChannelLife):
         (a received content header over our frame size too: the broker would close the
         connection for it).
         """
-        header, data, acemq_id = _publish_frames(
+        header, data, matched = _publish_frames(
             self.number,
+            self._link.match_header,
             self._link.frame_max,
             body,
             exchange=exchange,
@@ -87,7 +86,7 @@ class PublishingChannel(ChannelLife):
             routing_key=routing_key,
             header=header,
             body=body,
-            acemq_id=acemq_id,
+            matched=matched,
             slow_after_s=slow_after_s,
             on_slow=on_slow,
         )
@@ -112,8 +111,9 @@ class PublishingChannel(ChannelLife):
         """
         if not self.is_open or not self.is_flowing:
             return False
-        header, data, acemq_id = _publish_frames(
+        header, data, matched = _publish_frames(
             self.number,
+            self._link.match_header,
             self._link.frame_max,
             body,
             exchange=exchange,
@@ -128,7 +128,7 @@ class PublishingChannel(ChannelLife):
             routing_key=routing_key,
             header=header,
             body=body,
-            acemq_id=acemq_id,
+            matched=matched,
         )
         self._link.write(data)
         return True
@@ -154,8 +154,9 @@ class PublishingChannel(ChannelLife):
         """
         if self._pass_on.stream is not None:
             raise RuntimeError(f"channel {self.number} is already passing a body through")
-        header, data, acemq_id = _publish_frames(
+        header, data, matched = _publish_frames(
             self.number,
+            self._link.match_header,
             self._link.frame_max,
             b"",
             exchange=exchange,
@@ -171,7 +172,7 @@ class PublishingChannel(ChannelLife):
             routing_key=routing_key,
             header=header,
             body=b"",
-            acemq_id=acemq_id,
+            matched=matched,
             slow_after_s=slow_after_s,
             on_slow=on_slow,
             stream=stream,
@@ -185,7 +186,7 @@ class PublishingChannel(ChannelLife):
         routing_key: str,
         header: bytes,
         body: Body,
-        acemq_id: object,
+        matched: object,
         slow_after_s: float,
         on_slow: Callable[[], None],
         stream: BodyStream | None = None,
@@ -206,7 +207,7 @@ class PublishingChannel(ChannelLife):
                 routing_key=routing_key,
                 header=header,
                 body=body,
-                acemq_id=acemq_id,
+                matched=matched,
                 through=0 if stream is None else stream.size,
             )
             self._link.write(data)  # a large body's in parts, never joined
@@ -219,6 +220,7 @@ class PublishingChannel(ChannelLife):
 
 def _publish_frames(
     number: int,
+    match_header: str | None,
     frame_max: int,
     body: Body,
     *,
@@ -229,7 +231,7 @@ def _publish_frames(
     content_header: bytes | None,
     body_size: int | None = None,
 ) -> tuple[bytes, bytes | list[bytes | memoryview], object]:
-    """Return a publish's content header, its frames, and the ``x-acemq-id`` it carries.
+    """Return a publish's content header, its frames, and its match header's value.
 
     The frames of a body over ``WHOLE_BODY_MAX`` are parts whose body frames are views of
     ``body``: the body is not copied on its way to the socket.
@@ -257,5 +259,9 @@ def _publish_frames(
         content_header=content_header,
         frame_max=frame_max,
     )
-    acemq_id = headers.get(ID) if headers and not isinstance(headers, UndecodableTable) else None
-    return content_header, data, acemq_id
+    matched = (
+        None
+        if match_header is None or not headers or isinstance(headers, UndecodableTable)
+        else headers.get(match_header)
+    )
+    return content_header, data, matched

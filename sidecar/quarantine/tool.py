@@ -18,8 +18,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, TextIO
 
-from sidecar.amqp import ChannelLostError, PublishOutcome, connect
-from sidecar.contract import stamp_replay
+from sidecar.amqp import ChannelLostError, ClientOptions, PublishOutcome, connect
+from sidecar.broker import nack_is_free
+from sidecar.contract import ID, stamp_replay
 from sidecar.errors import WireError
 from sidecar.quarantine.reader import (
     INTERRUPTIONS,
@@ -83,6 +84,7 @@ async def open_connection(target: BrokerTarget) -> Connection:
         connect_timeout_s=target.connect_timeout_s,
         ssl_context=target.ssl_context,
         name=CONNECTION_NAME,
+        options=ClientOptions(match_header=ID, nack_is_free=nack_is_free),  # as the relay's
     )
 
 

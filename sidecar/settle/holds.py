@@ -13,7 +13,6 @@ this module decides the rest, each a total function over closed sets:
 - ``delivery_limit_reached``: a delivery one return from its quorum queue's limit;
 - ``no_return_left``: a body passed through that may not go back to its queue either;
 - ``read_permission_named``: a route's start refused, the permission it lacks named;
-- ``nack_is_free``: whether the broker's version spends no attempt on a nack;
 - ``blocked`` and ``slow_confirm``: what /readyz says while a delivery waits on the broker.
 """
 
@@ -50,7 +49,6 @@ __all__ = [
     "blocked",
     "consumer_timeout_after",
     "delivery_limit_reached",
-    "nack_is_free",
     "no_return_left",
     "read_permission_named",
     "slow_confirm",
@@ -259,24 +257,3 @@ def read_permission_named(reason: str) -> str:
     if match is None:
         return reason
     return f"{reason}: the login needs read permission on queue '{match.group(1)}'"
-
-
-NACK_FREE_FROM: Final = (4, 3)  # RabbitMQ's first release whose quorum queues do not count it
-_RELEASE = re.compile(r"(\d+)\.(\d+)")
-
-
-def nack_is_free(server_version: object) -> bool:
-    """Whether a requeueing ``basic.nack`` spends no attempt of a quorum queue's limit.
-
-    ``server_version`` is the broker's ``version`` server property ("4.3.6"). Measured
-    (tests/faults/test_broker_versions.py): 0 on 4.3.6, 1 on 3.10.8 and 4.0.5, where a
-    nack of every unacked delivery before a channel's close also reordered a quorum queue
-    that the close alone kept in order; so only from 4.3 is it worth sending.
-    """
-    text = (
-        server_version.decode(errors="replace")
-        if isinstance(server_version, bytes)
-        else server_version
-    )
-    match = _RELEASE.match(text) if isinstance(text, str) else None
-    return match is not None and (int(match[1]), int(match[2])) >= NACK_FREE_FROM

@@ -34,6 +34,7 @@ from pamqp import header as pamqp_header
 from sidecar.amqp import Connection, install_codec
 from sidecar.amqp.handshake import Control
 from sidecar.amqp.link import Link
+from sidecar.contract import ID
 from sidecar.flow import PROBE_ROUTING_KEY
 
 if TYPE_CHECKING:
@@ -466,7 +467,7 @@ class ModelBroker:
     def connect(self, name: str) -> Connection:
         """A client connection to the broker: the real link and connection, no handshake."""
         side = Side(self, name)
-        link = Link(self.loop)
+        link = Link(self.loop, match_header=ID)
         link.control = control = Control(link)
         link.nack_is_free = self.nack_is_free
         side.link = link

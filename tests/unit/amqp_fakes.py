@@ -16,6 +16,7 @@ from pamqp import frame as pamqp_frame
 from pamqp import header as pamqp_header
 
 from sidecar.amqp import Channel
+from sidecar.contract import ID
 from sidecar.wire import HEADER, parse_confirm
 
 if TYPE_CHECKING:
@@ -73,6 +74,7 @@ class FakeLink:
         self.frame_max = 131072
         self.blocked = False
         self.nack_is_free = True  # RabbitMQ 4.3's
+        self.match_header: str | None = ID  # the relay's (ClientOptions.match_header)
         self.resumed = 0
         self.written: list[bytes] = []
         self.forgotten: list[int] = []

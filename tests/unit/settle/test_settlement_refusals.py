@@ -13,7 +13,6 @@ from sidecar.settle.holds import (
     after_refusal,
     blocked,
     consumer_timeout_after,
-    nack_is_free,
     read_permission_named,
 )
 from sidecar.settle.settlement import (
@@ -243,22 +242,3 @@ def test_a_queues_403_at_start_names_the_read_permission(reason: str, named: str
     assert read_permission_named(f"channel closed by the broker: {reason}") == (
         f"channel closed by the broker: {named}"
     )
-
-
-@pytest.mark.parametrize(
-    ("version", "free"),
-    [
-        ("4.3.6", True),
-        (b"4.3.0", True),
-        ("4.10.1", True),
-        ("5.0.0", True),
-        ("4.2.4", False),
-        ("4.0.5", False),
-        ("3.10.8", False),
-        ("3.13.7+1.g1a2b3c4", False),
-        (None, False),  # a broker that says nothing
-        ("unknown", False),
-    ],
-)
-def test_a_nack_is_free_from_rabbitmq_4_3(version: object, *, free: bool) -> None:
-    assert nack_is_free(version) is free
