@@ -1,6 +1,7 @@
 """A held delivery's waits: a hold's delay, or the broker's block, until it may go on.
 
-The settle step says ``Wait`` (a delay before the copy is published again) or
+The settle step says ``Wait`` (a delay before the copy is published again: the backoff's
+step, drawn here, within the step's bound) or
 ``WaitUnblocked`` (the broker blocks the connection: the copy waits in the route's unblock
 line, ``sidecar.relay.unblock_line``). A stop ends either, and so does the close of the
 channel the delivery came on (a broker's ``consumer_timeout`` during an alarm, say): the
@@ -16,9 +17,11 @@ import asyncio
 from typing import TYPE_CHECKING, Final
 
 from sidecar.relay.waits import first_of, sleep_unless
-from sidecar.settle import Wait
+from sidecar.settle import Wait, wait_s
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from sidecar.amqp import AckChannel, RelayConnection
     from sidecar.relay.unblock_line import Ticket, UnblockLine
     from sidecar.settle import Step, WaitUnblocked
@@ -35,14 +38,17 @@ async def wait_out(  # noqa: PLR0917 - the wait, and what it may end on
     line: UnblockLine,
     connection: RelayConnection | None,
     ticket: Ticket | None,
+    backoff: Callable[[int], float],
 ) -> tuple[Step | None, Ticket | None]:
     """Wait as the step says; return the step after it (None: let the delivery go).
+
+    ``backoff`` draws the delay of the backoff's step a ``Wait`` names (``settle.wait_s``).
 
     For a block, also the delivery's ticket of the unblock line (kept when it is blocked
     again before its publish, so that it keeps its place).
     """
     if isinstance(action, Wait):
-        await first_of(sleep_unless(stop, action.delay_s), closed(consumer))
+        await first_of(sleep_unless(stop, wait_s(action, backoff)), closed(consumer))
         let_go = stop.is_set()
     else:
         assert connection is not None  # noqa: S101 - only a connection blocks

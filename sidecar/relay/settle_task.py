@@ -16,7 +16,16 @@ from typing import TYPE_CHECKING
 
 from sidecar.errors import ChannelLostError, MissingEntityError
 from sidecar.relay.held_waits import wait_out
-from sidecar.settle import BUG_REASON, Ack, Blocked, Lost, Publish, Wait, WaitUnblocked
+from sidecar.settle import (
+    BUG_REASON,
+    Ack,
+    Blocked,
+    IfReturnBudget,
+    Lost,
+    Publish,
+    Wait,
+    WaitUnblocked,
+)
 
 if TYPE_CHECKING:
     from sidecar.relay.settling import Settling
@@ -86,8 +95,13 @@ async def _carry_out(settling: Settling, step: Step | None, error: Exception | N
                         settler.line,
                         settler.connection,
                         ticket,
+                        settler.backoff,
                     )
                     if step is not None and step.events:  # None: the broker redelivers it
+                        settling.observe(step)
+                case IfReturnBudget(then=then, otherwise=otherwise):
+                    step = then if settler.may_retry_return() else otherwise
+                    if step.events:
                         settling.observe(step)
                 case _:
                     await _last(settling, action)

@@ -33,6 +33,7 @@ from sidecar.settle import Blocked, HoldLimits, Lost, Rules, Target, begin
 
 if TYPE_CHECKING:
     import asyncio
+    from collections.abc import Callable
 
     from sidecar.amqp import AckChannel, RelayConnection
     from sidecar.observe import DeliveryTrace, RouteLog, RouteTracer
@@ -72,11 +73,12 @@ class Settler:
             exchange=route.exchange,
             quarantine_exchange=context.quarantine_exchange,
             route=route.name,
-            backoff=lambda holds: backoff_s(holds, rng=rng),
             returns_retried=route.limits.return_max_attempts,
             return_delay_s=route.limits.return_delay_s,
-            may_retry_return=lambda: returns.take(monotonic()),
         )
+        # What a step leaves to the relay: the backoff's random draw, the returns budget.
+        self.backoff: Callable[[int], float] = lambda holds: backoff_s(holds, rng=rng)
+        self.may_retry_return: Callable[[], bool] = lambda: returns.take(monotonic())
         self._new_id = context.new_id
         self.stop = stop
         self.tasks = tasks if tasks is not None else RouteTasks(route.name)

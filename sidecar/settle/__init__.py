@@ -1,6 +1,6 @@
 """What becomes of one delivery, decided without I/O.
 
-The plan, the broker's answer read (each answer to each plan: ``readings``, a table),
+The plan, the broker's answer read (each answer to each plan: ``table``, the transitions),
 the holds and their bounds, a returned copy published again (``returns``), the quarantine
 copy's format. Pure: no asyncio, socket, logging, clock or environment; the relay carries
 out what these decide. How fast the relay may go (its window, the publish gate, the
@@ -47,7 +47,6 @@ from sidecar.settle.quarantine_format import (
     quarantine_copy,
     reason_only,
 )
-from sidecar.settle.readings import READINGS, Reading
 from sidecar.settle.rules import Rules
 from sidecar.settle.settlement import (
     DEFAULT_DELIVERY_LIMIT,
@@ -68,15 +67,17 @@ from sidecar.settle.step import (
     Attempt,
     DeadLetter,
     GiveBack,
+    IfReturnBudget,
     LetGo,
     Publish,
     Requeue,
     Step,
     Wait,
     WaitUnblocked,
-    after,
     begin,
+    wait_s,
 )
+from sidecar.settle.table import TABLE, after
 
 __all__ = [
     "BUG_REASON",
@@ -87,7 +88,7 @@ __all__ = [
     "QUARANTINED_FROM",
     "QUARANTINE_SHARE",
     "QUEUE_COUNTERS",
-    "READINGS",
+    "TABLE",
     "Ack",
     "Answer",
     "Attempt",
@@ -101,6 +102,7 @@ __all__ = [
     "GiveBack",
     "Held",
     "HoldLimits",
+    "IfReturnBudget",
     "Left",
     "LetGo",
     "Lost",
@@ -109,7 +111,6 @@ __all__ = [
     "Publish",
     "Quarantine",
     "Quarantined",
-    "Reading",
     "Refused",
     "Requeue",
     "RetriedCopy",
@@ -136,4 +137,5 @@ __all__ = [
     "reason_kind",
     "reason_only",
     "slow_confirm",
+    "wait_s",
 ]

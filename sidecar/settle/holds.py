@@ -76,9 +76,9 @@ MIN_CONSUMER_TIMEOUT_S: Final = 1.0  # the route map's least consumer_timeout_s
 
 @dataclass(frozen=True, slots=True)
 class Wait:
-    """Keep holding the delivery; try again after ``delay_s``."""
+    """Keep holding the delivery; try again after the backoff, but within ``at_most_s``."""
 
-    delay_s: float
+    at_most_s: float
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -125,16 +125,16 @@ def quarantine_deadline_s(limits: HoldLimits) -> float:
 
 
 def after_hold(
-    hold: Hold, plan: Plan, *, attempts: int, held_s: float, delay_s: float, limits: HoldLimits
+    hold: Hold, plan: Plan, *, attempts: int, held_s: float, limits: HoldLimits
 ) -> Wait | Quarantine | DeadLetter:
-    """Return how long a held delivery may still wait, or where it must go now.
+    """Return how long a held delivery may still wait at most, or where it must go now.
 
-    ``attempts`` publishes of the plan were held so far, the delivery arrived ``held_s``
-    ago, and the route's backoff would wait ``delay_s``. A copy the broker keeps refusing
+    ``attempts`` publishes of the plan were held so far, and the delivery arrived
+    ``held_s`` ago. A copy the broker keeps refusing
     goes to quarantine (reason: what the broker said, for how long) after
     ``nack_max_attempts`` or ``nack_max_s``, and in any case at half the broker's
     consumer_timeout; a quarantine copy nobody takes is dead-lettered at three quarters of
-    it. The wait never runs past the deadline.
+    it. The wait (the route's backoff, drawn by the relay) never runs past the deadline.
     """
     timeout_s = limits.consumer_timeout_s
     match plan:
@@ -155,7 +155,7 @@ def after_hold(
                 )
         case _:
             assert_never(plan)
-    return Wait(max(0.0, min(delay_s, deadline_s - held_s)))
+    return Wait(max(0.0, deadline_s - held_s))
 
 
 def consumer_timeout_after(

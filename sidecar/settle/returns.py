@@ -5,10 +5,10 @@ the metadata store may be Khepri (the only one from 4.3): a binding just made th
 node of a cluster can be unseen for a moment on another, so a copy published through that
 other node comes back although a binding exists. So the route publishes a returned copy
 again, at most ``Rules.returns_retried`` times, first after ``Rules.return_delay_s`` and
-then twice as long each time, while its budget allows (``Rules.may_retry_return``: so
-many a second, so a route whose copies all come back goes on at full speed); then the
-original goes to quarantine as unroutable. A returned copy reached no queue: publishing it
-again duplicates nothing. Pure: the budget is the route's, handed in.
+then twice as long each time, while its budget allows (the step's ``IfReturnBudget``, so
+many a second, asked by the relay: a route whose copies all come back goes on at full
+speed); then the original goes to quarantine as unroutable. A returned copy reached no
+queue: publishing it again duplicates nothing. Pure: no budget is taken here.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ __all__ = ["return_retry_delay", "unroutable_after"]
 def return_retry_delay(returns: int, rules: Rules) -> float | None:
     """Return the wait before a copy returned ``returns`` times goes out again; None: never.
 
-    The budget is asked last, and only for a retry the count allows.
+    The route's budget is asked after this, and only for a retry the count allows.
     """
-    if returns > rules.returns_retried or not rules.may_retry_return():
+    if returns > rules.returns_retried:
         return None
     return rules.return_delay_s * float(2 ** (returns - 1))
 

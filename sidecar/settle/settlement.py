@@ -5,12 +5,13 @@ them. Two questions, each a total function over closed sets:
 
 - ``plan_delivery``: what to publish for a delivery that just arrived, a ``Copy`` for the
   target exchange or a ``Quarantine`` of the original;
-- ``after_publish``: what the broker's answer to that publish means, ``Done`` (ack it),
-  ``Quarantine`` (publish the original to quarantine instead) or ``Hold`` (keep the
-  delivery unacked and try the same publish again later).
+- what the broker's answers to that publish mean, in the words the route says them:
+  ``unroutable`` (``Quarantine`` the original instead), ``nacked`` and ``untaken``
+  (``Hold`` the delivery unacked and try the same publish again later).
 
-What a refused or held delivery becomes next (``after_refusal``, ``after_hold``) is
-decided in ``sidecar.settle.holds``.
+Which answer to which plan takes which of these is ``sidecar.settle.table``'s; what a
+refused or held delivery becomes next (``after_refusal``, ``after_hold``) is decided in
+``sidecar.settle.holds``.
 
 The one shape of a quarantine copy is ``sidecar.settle.quarantine_format``'s.
 """
@@ -20,8 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from enum import StrEnum
-from types import MappingProxyType
-from typing import TYPE_CHECKING, Final, TypeAlias, assert_never
+from typing import TYPE_CHECKING, Final, TypeAlias
 
 from sidecar.contract import ORIGIN, Policy, Reject, Relay, move_user_id, normalise
 from sidecar.wire import PublishOutcome
@@ -39,18 +39,19 @@ __all__ = [
     "Alone",
     "Copy",
     "DeadLetter",
-    "Done",
     "Hold",
     "Outcome",
     "Quarantine",
     "Target",
-    "after_publish",
     "bounded",
     "log_origin",
+    "nacked",
     "plan_delivery",
     "publishable_properties",
     "reason_kind",
     "same_table",
+    "unroutable",
+    "untaken",
 ]
 
 REASON_MAX = 4096  # characters of a reason kept in x-acemq-error and in a log line
@@ -127,13 +128,6 @@ class Quarantine:
 
 
 @dataclass(frozen=True, slots=True)
-class Done:
-    """The broker took the copy: ack the delivery and count ``outcome``."""
-
-    outcome: Outcome
-
-
-@dataclass(frozen=True, slots=True)
 class Hold:
     """The broker will not take the copy for now: keep the delivery, retry the same publish.
 
@@ -171,8 +165,6 @@ class DeadLetter:
 
 
 Plan: TypeAlias = Copy | Quarantine
-Decision: TypeAlias = Done | Quarantine | Hold | Alone | DeadLetter
-_DONE = MappingProxyType({outcome: Done(outcome) for outcome in Outcome})  # one per message
 
 
 def plan_delivery(
@@ -233,45 +225,28 @@ def plan_delivery(
     return copy, verdict
 
 
-def after_publish(
-    published: PublishOutcome, plan: Plan, *, exchange: str, quarantine_exchange: str, route: str
-) -> Decision:
-    """Return what the broker's answer to the plan's publish means for the delivery."""
-    match plan:
-        case Copy():
-            return _after_copy(published, plan, exchange=exchange)
-        case Quarantine():
-            return _after_quarantine(
-                published, exchange=quarantine_exchange, route=route, passing=plan.passing
-            )
-        case _:
-            assert_never(plan)
+def unroutable(exchange: str, routing_key: str) -> Quarantine:
+    """Return where a copy the broker returned goes: nothing takes its routing key."""
+    return Quarantine(
+        f'unroutable: exchange "{exchange}" has no binding for routing key "{routing_key}"'
+    )
 
 
-def _after_copy(published: PublishOutcome, copy: Copy, *, exchange: str) -> Decision:
-    match published:
-        case PublishOutcome.CONFIRMED:
-            return _DONE[copy.outcome]
-        case PublishOutcome.RETURNED:
-            return Quarantine(
-                f'unroutable: exchange "{exchange}" has no binding for routing key'
-                f' "{copy.routing_key}"'
-            )
-        case PublishOutcome.NACKED:
-            return Hold(
-                f'the broker refused (nacked) a publish to exchange "{exchange}"; is a target'
-                " queue full with overflow reject-publish?",
-                may_duplicate=True,
-            )
-        case _:
-            assert_never(published)
+def nacked(exchange: str) -> Hold:
+    """Return the hold of a copy the broker nacked (it may have routed it to some queues)."""
+    return Hold(
+        f'the broker refused (nacked) a publish to exchange "{exchange}"; is a target queue'
+        " full with overflow reject-publish?",
+        may_duplicate=True,
+    )
 
 
-def _after_quarantine(
-    published: PublishOutcome, *, exchange: str, route: str, passing: bool
-) -> Decision:
-    if published is PublishOutcome.CONFIRMED:
-        return _DONE[Outcome.QUARANTINED]
+def untaken(published: PublishOutcome, *, exchange: str, route: str, passing: bool) -> Hold:
+    """Return the hold of a quarantine copy the broker returned or nacked (``published``).
+
+    ``passing``: its body passed through and is not held, so the message goes back to its
+    staging queue meanwhile.
+    """
     meanwhile = (
         "The message goes back to its staging queue meanwhile (its body passed through and"
         " is not held), to pass through again"

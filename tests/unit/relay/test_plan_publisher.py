@@ -36,7 +36,8 @@ from sidecar.settle.holds import HoldLimits
 from sidecar.settle.quarantine_format import reason_only
 from sidecar.settle.rules import Rules
 from sidecar.settle.settlement import DeadLetter, Plan, Quarantine
-from sidecar.settle.step import LOST_CHANNEL, Attempt, GiveBack, Publish, Step, Wait, after
+from sidecar.settle.step import Attempt, GiveBack, Publish, Step, Wait
+from sidecar.settle.table import LOST_CHANNEL, after
 from sidecar.wire import Delivery, PublishOutcome
 from tests.fakes import Answer as Scripted
 from tests.fakes import FakeBroker, FakeConnection
@@ -78,7 +79,6 @@ def step_after(plan: Plan, answer: Answer) -> Step:
         exchange="orders",
         quarantine_exchange=QUARANTINE,
         route="orders",
-        backoff=lambda _holds: 1.0,
     )
     return after(Attempt(plan=plan), answer, rules, held_s=0.0)
 

@@ -43,20 +43,21 @@ from sidecar.settle.holds import (
 from sidecar.settle.rules import Rules
 from sidecar.settle.settlement import DELIVERY_COUNT, Copy, Outcome, Plan, Quarantine, Target
 from sidecar.settle.step import (
-    LOST_CHANNEL,
     Ack,
     Attempt,
     DeadLetter,
     GiveBack,
+    IfReturnBudget,
     LetGo,
     Publish,
     Requeue,
     Step,
     Wait,
     WaitUnblocked,
-    after,
     begin,
+    wait_s,
 )
+from sidecar.settle.table import LOST_CHANNEL, after
 from sidecar.wire import Delivery, Int32, Int64, UnreadBody
 
 COPY = Copy(properties={}, headers={}, routing_key="k.1", outcome=Outcome.RELAYED)
@@ -82,7 +83,6 @@ def step_after(
     answer: Answer,
     *,
     held_s: float = 0.0,
-    delay_s: float = 1.0,
     limits: HoldLimits = LIMITS,
 ) -> Step:
     rules = Rules(
@@ -90,7 +90,6 @@ def step_after(
         exchange="orders",
         quarantine_exchange=QUARANTINE_EXCHANGE,
         route="orders",
-        backoff=lambda _holds: delay_s,
     )
     return after(attempt, answer, rules, held_s=held_s)
 
@@ -206,7 +205,7 @@ def summary(step: Step) -> tuple[object, ...]:
             return ("unblocked", events)
         case Ack(outcome=outcome):
             return ("ack", outcome, events)
-        case DeadLetter() | GiveBack() | LetGo() | Requeue():
+        case DeadLetter() | GiveBack() | LetGo() | Requeue() | IfReturnBudget():
             return (type(step.action).__name__, events)
 
 
@@ -275,11 +274,12 @@ def test_the_table_covers_every_answer_and_plan_on_both_channels() -> None:
 
 
 def test_a_held_copy_says_why_and_counts_the_hold() -> None:
-    step = step_after(Attempt(plan=COPY, holds=1), Lost(gone=False), delay_s=2.0)
+    step = step_after(Attempt(plan=COPY, holds=1), Lost(gone=False))
     assert step.events == (Held(LOST_CHANNEL),)
     assert step.attempt == Attempt(plan=COPY, holds=2)
     assert isinstance(step.action, Wait)
-    assert step.action.delay_s == 2.0
+    assert step.action.backoff_step == 1  # the holds before this one: the relay draws it
+    assert wait_s(step.action, lambda n: 2.0 * n) == 2.0
 
 
 def test_a_quarantine_copy_starts_counting_afresh_on_the_same_channel() -> None:
@@ -415,13 +415,12 @@ def walk(
                 if not isinstance(answer, Blocked):
                     record.publishes += 1
                     record.held_s += data.draw(st.floats(0.0, 2.0))  # the confirm's wait
-                delay_s = data.draw(st.floats(SHORTEST_DELAY_S, 30.0))
-                then = step_after(
-                    step.attempt, answer, held_s=record.held_s, delay_s=delay_s, limits=limits
-                )
+                then = step_after(step.attempt, answer, held_s=record.held_s, limits=limits)
                 record.answered.append((step.attempt, answer, record.held_s, then))
                 step = then
-            case Wait(delay_s=delay_s, then=then):
+            case Wait(then=then) as wait:
+                # The backoff's delay as the relay draws it, cut to the wait's bound.
+                delay_s = wait_s(wait, lambda _n: data.draw(st.floats(SHORTEST_DELAY_S, 30.0)))
                 assert delay_s >= 0
                 record.held_s += delay_s
                 step = then
@@ -504,13 +503,11 @@ def test_the_publish_bound_is_reached() -> None:
     answers: Iterator[Answer] = iter([Refused(403, "denied"), *[Nacked()] * 5])
     while isinstance(step.action, Publish | Wait):
         if isinstance(step.action, Wait):
-            held_s += step.action.delay_s
+            held_s += wait_s(step.action, lambda _n: SHORTEST_DELAY_S)
             step = step.action.then
             continue
         publishes += 1
-        step = step_after(
-            step.attempt, next(answers), held_s=held_s, delay_s=SHORTEST_DELAY_S, limits=limits
-        )
+        step = step_after(step.attempt, next(answers), held_s=held_s, limits=limits)
     assert isinstance(step.action, DeadLetter)
     assert publishes == publish_bound(limits) == 6
 
@@ -570,8 +567,9 @@ def test_a_body_passed_through_is_published_once_and_else_given_back_after_a_wai
     if isinstance(last, Requeue):
         assert isinstance(then.action, Wait)
         # At least the backoff's shortest delay, unless cut to the hold's deadline.
-        wait_s, deadline_s = then.action.delay_s, DEAD_LETTER_SHARE * limits.consumer_timeout_s
-        assert wait_s >= SHORTEST_DELAY_S or held_s + wait_s == pytest.approx(deadline_s)
+        drawn = wait_s(then.action, lambda _n: SHORTEST_DELAY_S)
+        deadline_s = DEAD_LETTER_SHARE * limits.consumer_timeout_s
+        assert drawn >= SHORTEST_DELAY_S or held_s + drawn == pytest.approx(deadline_s)
         assert isinstance(then.action.then.action, Requeue)
 
 
@@ -581,7 +579,7 @@ def test_a_body_passed_through_is_published_once_and_else_given_back_after_a_wai
 )
 def test_a_held_body_passed_through_waits_then_goes_back_to_its_queue(answer: Answer) -> None:
     first = begin(passing_delivery(), target(), now_ms=0, new_id=new_id)
-    then = step_after(first.attempt, answer, delay_s=2.5)
+    then = step_after(first.attempt, answer)
     assert isinstance(then.action, Wait)
     assert isinstance(then.action.then.action, Requeue)
     assert any(isinstance(event, Held) for event in then.events)
@@ -603,7 +601,7 @@ def test_a_body_passed_through_one_return_from_its_limit_is_dead_lettered_not_re
     assert isinstance(first.action, Publish)
     assert isinstance(first.action.plan, Quarantine)
     assert first.action.plan.passing
-    then = step_after(first.attempt, answer, delay_s=2.5)
+    then = step_after(first.attempt, answer)
     assert isinstance(then.action, DeadLetter), then.action
     assert "300000000 bytes" in then.action.reason
     assert "delivery limit: the broker has given this message back 19 times" in then.action.reason

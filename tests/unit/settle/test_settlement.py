@@ -27,19 +27,20 @@ from sidecar.settle.settlement import (
     DELIVERY_COUNT,
     Copy,
     DeadLetter,
-    Done,
     Hold,
     Outcome,
     Quarantine,
     Target,
-    after_publish,
     bounded,
     internal_error,
     log_origin,
+    nacked,
     plan_delivery,
     reason_kind,
     same_table,
     unencodable,
+    unroutable,
+    untaken,
     unwritable_quarantine,
 )
 from sidecar.wire import (
@@ -228,71 +229,63 @@ def test_audit_moves_a_foreign_user_id_as_a_normalised_copy_would(
     assert decided.content_header is None
 
 
-# --- after_publish -------------------------------------------------------------------------
-
-COPY = Copy(properties={}, headers={}, routing_key="k.1", outcome=Outcome.RELAYED)
-AUDIT_COPY = Copy(properties={}, headers={}, routing_key="k.1", outcome=Outcome.AUDITED)
-TO_QUARANTINE = Quarantine("some reason")
-
-DECISIONS = [
-    (COPY, PublishOutcome.CONFIRMED, Done(Outcome.RELAYED)),
-    (AUDIT_COPY, PublishOutcome.CONFIRMED, Done(Outcome.AUDITED)),
-    (
-        COPY,
-        PublishOutcome.RETURNED,
-        Quarantine('unroutable: exchange "orders" has no binding for routing key "k.1"'),
-    ),
-    (
-        COPY,
-        PublishOutcome.NACKED,
-        Hold(
-            'the broker refused (nacked) a publish to exchange "orders"; is a target queue'
-            " full with overflow reject-publish?",
-            may_duplicate=True,
-        ),
-    ),
-    (TO_QUARANTINE, PublishOutcome.CONFIRMED, Done(Outcome.QUARANTINED)),
-    (
-        TO_QUARANTINE,
-        PublishOutcome.RETURNED,
-        Hold(
-            'quarantine exchange "acemq.quarantine" returned the copy (routing key "orders");'
-            " bind a queue to it. The message is held meanwhile (until"
-            " broker.consumer_timeout_s x 0.75, then dead-lettered)"
-        ),
-    ),
-    (
-        TO_QUARANTINE,
-        PublishOutcome.NACKED,
-        Hold(
-            'quarantine exchange "acemq.quarantine" nacked the copy (routing key "orders");'
-            " bind a queue to it. The message is held meanwhile (until"
-            " broker.consumer_timeout_s x 0.75, then dead-lettered)",
-            may_duplicate=True,
-        ),
-    ),
-]
+# --- what the broker's answers mean, in the route's words ----------------------------------
 
 
-@pytest.mark.parametrize(("planned", "published", "expected"), DECISIONS)
-def test_what_the_brokers_answer_means(
-    planned: Copy | Quarantine, published: PublishOutcome, expected: Done | Quarantine | Hold
-) -> None:
-    """Every plan and every broker answer: ack, quarantine the original, or hold and retry."""
-    decided = after_publish(
-        published,
-        planned,
-        exchange="orders",
-        quarantine_exchange="acemq.quarantine",
-        route="orders",
+def test_a_returned_copy_is_unroutable_naming_the_exchange_and_key() -> None:
+    assert unroutable("orders", "k.1") == Quarantine(
+        'unroutable: exchange "orders" has no binding for routing key "k.1"'
     )
-    assert decided == expected
 
 
-def test_the_decision_table_covers_every_plan_and_answer() -> None:
-    """A new PublishOutcome without a row here would leave a branch untested."""
-    covered = {(type(p), o) for p, o, _ in DECISIONS}
-    assert covered == {(kind, o) for kind in (Copy, Quarantine) for o in PublishOutcome}
+def test_a_nacked_copy_is_held_and_may_duplicate() -> None:
+    assert nacked("orders") == Hold(
+        'the broker refused (nacked) a publish to exchange "orders"; is a target queue'
+        " full with overflow reject-publish?",
+        may_duplicate=True,
+    )
+
+
+@pytest.mark.parametrize(
+    ("published", "passing", "expected"),
+    [
+        (
+            PublishOutcome.RETURNED,
+            False,
+            Hold(
+                'quarantine exchange "acemq.quarantine" returned the copy (routing key'
+                ' "orders"); bind a queue to it. The message is held meanwhile (until'
+                " broker.consumer_timeout_s x 0.75, then dead-lettered)"
+            ),
+        ),
+        (
+            PublishOutcome.NACKED,
+            False,
+            Hold(
+                'quarantine exchange "acemq.quarantine" nacked the copy (routing key'
+                ' "orders"); bind a queue to it. The message is held meanwhile (until'
+                " broker.consumer_timeout_s x 0.75, then dead-lettered)",
+                may_duplicate=True,
+            ),
+        ),
+        (
+            PublishOutcome.RETURNED,
+            True,
+            Hold(
+                'quarantine exchange "acemq.quarantine" returned the copy (routing key'
+                ' "orders"); bind a queue to it. The message goes back to its staging queue'
+                " meanwhile (its body passed through and is not held), to pass through again"
+            ),
+        ),
+    ],
+)
+def test_a_quarantine_copy_not_taken_is_held_saying_what_to_do(
+    published: PublishOutcome, *, passing: bool, expected: Hold
+) -> None:
+    """Returned or nacked, the copy waits for a binding; only a nack may have been routed."""
+    assert (
+        untaken(published, exchange="acemq.quarantine", route="orders", passing=passing) == expected
+    )
 
 
 def test_faults_while_publishing_quarantine_with_what_happened() -> None:
