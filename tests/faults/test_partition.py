@@ -10,10 +10,12 @@ suite's mixed flow on quorum queues (staging with a delivery limit), counted by 
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from typing import TYPE_CHECKING
 
+import aiormq
 import pytest
 
 from tests.cluster.conftest import declare_quorum_flow, node_of, wait_ready_on
@@ -34,6 +36,9 @@ if TYPE_CHECKING:
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]  # the cluster starts in the first
 
 PER_LANE = int(os.environ.get("ACEMQ_PARTITION_PER_LANE", "10000"))
+# A node counted as running again may take a moment more to listen for clients (its
+# listeners start after the rabbit app): a client waits for it up to this long.
+LISTENING_TIMEOUT_S = 60.0
 PREFETCH = 100  # the fault suite's: finish() bounds the duplicates by it
 
 
@@ -56,6 +61,23 @@ async def sidecar(
         await process.kill()
 
 
+async def wait_listening(cluster: Cluster) -> None:
+    """Return once every node takes a client connection (the last test may have parted one)."""
+    cluster.wait_all_running()
+    deadline = time.monotonic() + LISTENING_TIMEOUT_S
+    for node in cluster.nodes:
+        while True:
+            try:
+                connection = await aiormq.connect(node.url)
+            except (aiormq.exceptions.AMQPError, ConnectionError, OSError):
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.5)
+                continue
+            await connection.close()
+            break
+
+
 @pytest.mark.parametrize("whose", ["the sidecar's node", "another node"])
 async def test_a_node_cut_from_its_peers_mid_flow_loses_nothing(
     parted: tuple[Cluster, tuple[NetHost, ...]],
@@ -70,6 +92,7 @@ async def test_a_node_cut_from_its_peers_mid_flow_loses_nothing(
     Either way nothing is lost or misplaced, and the node rejoins once the link is back.
     """
     cluster, hosts = parted
+    await wait_listening(cluster)
     async with open_broker(cluster.nodes[1].url) as client:
         flow = await declare_quorum_flow(client)
         await flow.publish(PER_LANE)
@@ -98,7 +121,7 @@ async def test_a_node_cut_from_its_peers_mid_flow_loses_nothing(
                 recovery = []
         finally:
             host.peer.mend()
-        cluster.wait_all_running()
+        await wait_listening(cluster)
         await finish(
             flow,
             sidecar,
