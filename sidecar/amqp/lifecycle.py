@@ -88,6 +88,7 @@ class ChannelLife:
         self._requests = _Requests(link)
         self._closing: asyncio.Future[None] | None = None
         self._ended = asyncio.Event()  # closed, or the broker cancelled our consumer
+        self._gone = asyncio.Event()  # closing or closed: no longer open
         self._close_reason = "channel closed"
         self._flowing = asyncio.Event()  # cleared by the broker's channel.flow(active=false)
         self._flowing.set()
@@ -116,9 +117,15 @@ class ChannelLife:
         await self._ended.wait()
         return self._close_reason
 
+    async def wait_gone(self) -> None:
+        """Return once the channel begins to close (a broker's cancel alone does not)."""
+        await self._gone.wait()
+
     def _move(self, to: ChannelState) -> None:
         if to in _MOVES[self._state]:
             self._state = to
+            if to is not ChannelState.OPEN:
+                self._gone.set()
 
     def _refusal(self) -> ChannelLostError:
         if self._state is ChannelState.OPENING:

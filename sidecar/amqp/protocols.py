@@ -116,6 +116,10 @@ class AckChannel(Protocol):
         """Return why, once the channel closes or the broker cancels the consumer."""
         ...
 
+    async def wait_gone(self) -> None:
+        """Return once the channel begins to close (a broker's cancel alone does not)."""
+        ...
+
 
 class DeliveryConsumer(Protocol):
     """What a consuming channel hands its deliveries to, from the frame handler that read them.
@@ -207,6 +211,10 @@ class Consumer(Protocol):
 
     async def wait_closed(self) -> str:
         """Return why, once the channel closes or the broker cancels the consumer."""
+        ...
+
+    async def wait_gone(self) -> None:
+        """Return once the channel begins to close (a broker's cancel alone does not)."""
         ...
 
     @property

@@ -257,6 +257,10 @@ class RouteConsumer:
         """Return why, once the channel closes or the broker cancels the consumer."""
         return await self._channel.wait_closed()
 
+    async def wait_gone(self) -> None:
+        """Return once the channel begins to close (a broker's cancel alone does not)."""
+        await self._channel.wait_gone()
+
     def deliver(self, delivery: Delivery) -> None:
         """Take a delivery from the channel's frame handler: to the route's settler."""
         self._arrived[delivery.delivery_tag] = self._active_at = self._monotonic()

@@ -3,13 +3,13 @@
 ``Settler.offer`` takes each delivery the route's consumer hands it: the plan made once
 (``sidecar.settle.begin``), then a ``Settling`` (``relay.settling``) that carries the steps
 out, from the frame handler when it can (the copy published on the shared channel, the
-confirm read and acked without a task), else in a task of the route's
-(``relay.settle_task``, named and owned by ``relay.tasks``). What both need of the route is
-here: its ``Rules`` for the step, the sink its events go to (``relay.sink``), the plan
-publisher and lane, the broker's unblock line, the rounds of bodies passed through, the
-slow-confirm sweep, and how many copies wait on a task that a later copy must not
-overtake. Its one rule is the relay's: a delivery is acked only after the broker
-confirmed its normalised copy, or its quarantine copy.
+confirm read and acked without a task), else in a task of the route's (named and owned by
+``relay.tasks``). The settler makes the route's parts once (its ``Rules``, the sink its
+events go to, the plan publisher, the broker's unblock line, the rounds of bodies passed
+through, the slow-confirm sweep, the count of copies a later one must not overtake) and,
+at each ``attach``, the ``Crew`` a delivery is settled with. Its one rule is the relay's:
+a delivery is acked only after the broker confirmed its normalised copy, or its
+quarantine copy.
 """
 
 from __future__ import annotations
@@ -20,16 +20,15 @@ from typing import TYPE_CHECKING
 
 from sidecar.contract import Policy
 from sidecar.flow import RateBudget, backoff_s
-from sidecar.relay.last_action import LastAction
 from sidecar.relay.passing_rounds import PassingRounds
 from sidecar.relay.publisher import CONFIRM_TIMEOUT_S, PlanPublisher
-from sidecar.relay.settling import Settling
+from sidecar.relay.settling import Crew, Queued, Settling
 from sidecar.relay.sink import RouteSink
 from sidecar.relay.slow_confirms import SlowConfirms
 from sidecar.relay.tasks import RouteTasks
 from sidecar.relay.unblock_line import UnblockLine
 from sidecar.routemap import Mode
-from sidecar.settle import Blocked, HoldLimits, Lost, Rules, Target, begin
+from sidecar.settle import HoldLimits, Rules, Target, begin
 
 if TYPE_CHECKING:
     import asyncio
@@ -40,9 +39,7 @@ if TYPE_CHECKING:
     from sidecar.relay.context import RouteContext
     from sidecar.relay.lane import PublishLane
     from sidecar.relay.state import RouteState
-    from sidecar.relay.unblock_line import Ticket
     from sidecar.routemap import Route
-    from sidecar.settle import Answer
     from sidecar.wire import Delivery
 
 __all__ = ["Settler"]
@@ -77,46 +74,66 @@ class Settler:
             return_delay_s=route.limits.return_delay_s,
         )
         # What a step leaves to the relay: the backoff's random draw, the returns budget.
-        self.backoff: Callable[[int], float] = lambda holds: backoff_s(holds, rng=rng)
-        self.may_retry_return: Callable[[], bool] = lambda: returns.take(monotonic())
+        self._backoff: Callable[[int], float] = lambda holds: backoff_s(holds, rng=rng)
+        self._may_retry_return: Callable[[], bool] = lambda: returns.take(monotonic())
         self._new_id = context.new_id
         self.stop = stop
         self.tasks = tasks if tasks is not None else RouteTasks(route.name)
         self.sink = RouteSink.of(context, route_log=log, state=state)
         self.publisher = PlanPublisher(context)
         self.rounds = PassingRounds()  # of the bodies passed through, given back
-        self.last = LastAction(
-            route=route, rounds=self.rounds, metrics=context.metrics, state=state
-        )
         self.line = UnblockLine()  # copies waiting for the broker's unblock, in order
-        self.confirm_limit_s = CONFIRM_TIMEOUT_S
         self.confirms = SlowConfirms(limit_s=CONFIRM_TIMEOUT_S, monotonic=self.monotonic)
-        self.queued = 0  # copies on a task not yet answered: none overtakes them
-        self.lane: PublishLane | None = None
-        self.connection: RelayConnection | None = None
+        self.queued = Queued()  # copies on a task not yet answered: none overtakes them
+        self.crew: Crew | None = None  # made at attach
         self._tracer = context.tracer
 
     def attach(self, connection: RelayConnection, lane: PublishLane) -> None:
         """Publish on ``lane`` from now on, and watch ``connection`` for a broker's block."""
-        self.lane, self.connection = lane, connection
+        self.crew = Crew(
+            route=self.route.name,
+            rules=self.rules,
+            sink=self.sink,
+            publisher=self.publisher,
+            lane=lane,
+            connection=connection,
+            line=self.line,
+            rounds=self.rounds,
+            confirms=self.confirms,
+            tasks=self.tasks,
+            queued=self.queued,
+            stop=self.stop,
+            backoff=self._backoff,
+            may_retry_return=self._may_retry_return,
+            monotonic=self.monotonic,
+        )
 
     def learned_consumer_timeout(self, timeout_s: float) -> None:
-        """Hold deliveries within the broker's consumer_timeout, learned from a take-back."""
+        """Hold deliveries within the broker's consumer_timeout, learned from a take-back.
+
+        The deliveries that arrive from now on: those on the channel the broker closed are
+        the broker's again.
+        """
         limits = dataclasses.replace(self.rules.limits, consumer_timeout_s=timeout_s)
         self.rules = dataclasses.replace(self.rules, limits=limits)
+        if self.crew is not None:
+            self.crew = dataclasses.replace(self.crew, rules=self.rules)
 
     def offer(self, consumer: AckChannel, delivery: Delivery) -> None:
-        """Take one delivery, consumed on ``consumer``, and settle it.
+        """Take one delivery, consumed on ``consumer``, and settle it (after ``attach``).
 
         The plan is made once, here. A held delivery stays unacked and is published again
         after the step's wait (a requeue would spend a quorum queue's delivery); a publish
         without a confirm is never sent twice. A delivery traced (tracing on, sampled) has
         its span told each step, on either path.
         """
+        crew = self.crew
+        if crew is None:
+            raise RuntimeError(f"route {self.route.name}: a delivery offered before attach")
         held = self.sink.begin(delivery)
         tracer = self._tracer
         trace = None if tracer is None else _start_trace(tracer, delivery, self.route)
-        settling = Settling(self, consumer, delivery, held, started=self.monotonic(), trace=trace)
+        settling = Settling(crew, consumer, delivery, held, started=self.monotonic(), trace=trace)
         try:
             step = begin(delivery, self._target, now_ms=self._clock.now_ms(), new_id=self._new_id)
             settling.step = step
@@ -129,25 +146,6 @@ class Settler:
             return
         settling.count(step)  # no later copy overtakes it
         settling.go_on(step)
-
-    def gone(self, lane: PublishLane) -> bool:
-        """Whether a publish channel lost now went with a stop or its connection."""
-        return self.stop.is_set() or not lane.connection_open
-
-    def not_now(self, consumer: AckChannel, *, ticket: Ticket | None = None) -> Answer | None:
-        """Return the answer for a publish that must not be written now; None: publish it.
-
-        A copy goes behind those in the broker's unblock line unless it holds a ``ticket``
-        of that line (its turn came), when only a new block stops it.
-        """
-        if not consumer.is_open:
-            return Lost(gone=True, error="the channel it came on is closing")
-        connection = self.connection
-        if ticket is None:
-            reason = self.line.blocked(connection)
-        else:
-            reason = connection.blocked_reason if connection is not None else None
-        return None if reason is None else Blocked(reason)
 
 
 def _start_trace(tracer: RouteTracer, delivery: Delivery, route: Route) -> DeliveryTrace | None:

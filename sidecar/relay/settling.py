@@ -1,46 +1,101 @@
 """One delivery being settled: the one object its confirm callback and its task both drive.
 
 A ``Settling`` holds where a delivery stands (its step, its span, the channel its copy
-went on) and does each of its steps' pieces once, whoever asks: ``answer`` reads a
-publish's result (``relay.answer_of``), ``read`` turns an answer into the next step
-(``sidecar.settle.after``, with the route's ``Rules``), ``acked`` counts an ack, ``slow``
-holds a delivery whose confirm is late. What can be done at once is done from the frame
+went on) and carries its steps out. What can be done at once is done from the frame
 handler that read the delivery or its confirm: ``publish_now`` sends the step's copy on
-the route's shared channel, ``settled`` reads the confirm and acks. Anything else (a
-nack, a return, a refusal, a lost channel, acks held back by a cancel, a wait, a
-quarantine copy, a bug) goes on in a task the route owns, ``relay.settle_task``'s loop,
-from the step reached. Its one rule is the relay's: a delivery is acked only after the
-broker confirmed its normalised copy, or its quarantine copy.
+the route's shared channel, ``settled`` reads the confirm and acks. Anything else (a nack,
+a return, a refusal, a lost channel, acks held back by a cancel, a wait, a quarantine
+copy, a bug) goes on in a task the route owns (``run``), from the step reached. Each
+publish's result is read by ``settle.answer_of`` and the next step made by
+``settle.after``: the step decides, this carries it out. A ``Crew`` is what it works
+with: the route's rules and collaborators for a session, no back-reference to its
+settler. Its one rule is the relay's: a delivery is acked only after the broker confirmed
+its normalised copy, or its quarantine copy.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, assert_never
 
-from sidecar.errors import MissingEntityError, WireError
-from sidecar.relay.answer_of import answer_of
-from sidecar.relay.settle_task import settle
+from sidecar.errors import ChannelLostError, MissingEntityError, WireError
+from sidecar.relay.waits import first_of, sleep_unless
 from sidecar.settle import (
+    BUG_REASON,
     Ack,
     Blocked,
     Copy,
+    DeadLetter,
+    GiveBack,
+    IfReturnBudget,
+    LetGo,
+    Lost,
     Publish,
     Quarantine,
     Refused,
+    Requeue,
+    Wait,
+    WaitUnblocked,
     after,
+    answer_of,
     slow_confirm,
+    wait_s,
 )
 
 if TYPE_CHECKING:
-    from sidecar.amqp import AckChannel, BodyStream
+    import asyncio
+    from collections.abc import Callable
+
+    from sidecar.amqp import AckChannel, BodyStream, RelayConnection
     from sidecar.observe import DeliveryTrace, SendTrace
     from sidecar.relay.lane import PublishLane, Shared
-    from sidecar.relay.settler import Settler
+    from sidecar.relay.passing_rounds import PassingRounds
+    from sidecar.relay.publisher import PlanPublisher
+    from sidecar.relay.sink import RouteSink
+    from sidecar.relay.slow_confirms import SlowConfirms
     from sidecar.relay.state import HeldDelivery
-    from sidecar.settle import Answer, Plan, Step
+    from sidecar.relay.tasks import RouteTasks
+    from sidecar.relay.unblock_line import Ticket, UnblockLine
+    from sidecar.settle import Answer, Plan, Rules, Step
     from sidecar.wire import Delivery, PublishOutcome
 
-__all__ = ["Settling"]
+__all__ = ["Crew", "Queued", "Settling"]
+
+log = logging.getLogger("sidecar.relay")  # the relay's lines, whichever module writes them
+
+
+class Queued:
+    """How many of a route's copies wait on a task unanswered: none later overtakes them."""
+
+    __slots__ = ("count",)
+
+    def __init__(self) -> None:
+        self.count = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Crew:
+    """What a route's deliveries are settled with (made at ``Settler.attach``).
+
+    Remade when the route's rules change; a delivery keeps the one it began with.
+    """
+
+    route: str
+    rules: Rules
+    sink: RouteSink
+    publisher: PlanPublisher
+    lane: PublishLane
+    connection: RelayConnection  # the publishing one: the broker blocks only that
+    line: UnblockLine  # copies waiting for the broker's unblock, in order
+    rounds: PassingRounds  # of the bodies passed through, given back
+    confirms: SlowConfirms  # the frame handlers' copies awaiting a confirm
+    tasks: RouteTasks
+    queued: Queued
+    stop: asyncio.Event
+    backoff: Callable[[int], float]  # a wait's delay at its backoff step (random)
+    may_retry_return: Callable[[], bool]  # the route's budget of returned copies
+    monotonic: Callable[[], float]
 
 
 class Settling:
@@ -49,12 +104,11 @@ class Settling:
     __slots__ = (
         "consumer",
         "counted",
+        "crew",
         "delivery",
         "held",
         "is_slow",
-        "lane",
         "send",
-        "settler",
         "shared",
         "started",
         "step",
@@ -62,13 +116,12 @@ class Settling:
         "trace",
     )
 
-    lane: PublishLane  # the lane its last copy went on
-    shared: Shared  # and the shared channel, from the frame handler (``publish_now``)
+    shared: Shared  # the shared channel its copy went on from the frame handler
     step: Step  # the step whose action is being carried out
 
     def __init__(
         self,
-        settler: Settler,
+        crew: Crew,
         consumer: AckChannel,
         delivery: Delivery,
         held: HeldDelivery,
@@ -76,7 +129,7 @@ class Settling:
         started: float,
         trace: DeliveryTrace | None,
     ) -> None:
-        self.settler, self.consumer, self.delivery = settler, consumer, delivery
+        self.crew, self.consumer, self.delivery = crew, consumer, delivery
         self.held, self.started, self.trace = held, started, trace
         self.send: SendTrace | None = None  # the copy's span, while it waits for its answer
         self.stream: BodyStream | None = None  # a body passing through (taken by the task)
@@ -87,7 +140,7 @@ class Settling:
 
     def observe(self, step: Step) -> None:
         """Hand what the step saw to the route's sink, and to the span when traced."""
-        self.settler.sink.observe(step.events, self.delivery, self.held)
+        self.crew.sink.observe(step.events, self.delivery, self.held)
         if (trace := self.trace) is not None:
             trace.saw(step.events)
 
@@ -113,7 +166,7 @@ class Settling:
 
     def gone(self) -> bool:
         """Whether its copy's channel went with a stop or its connection."""
-        return self.settler.gone(self.lane)
+        return self.crew.stop.is_set() or not self.crew.lane.connection_open
 
     def told(self, answer: Answer) -> None:
         """End the copy's send span, if any, with the broker's answer."""
@@ -123,18 +176,15 @@ class Settling:
 
     def read(self, answer: Answer) -> Step:
         """Return the step after ``answer`` to the current step's publish (its events seen)."""
-        settler, attempt = self.settler, self.step.attempt
-        now = settler.monotonic()
+        crew, now = self.crew, self.crew.monotonic()
         if (stream := self.stream) is None:
             held_s, backoff_step = now - self.started, None
         else:  # a body passed through: held over its rounds, which span its redeliveries
             if not stream.taken and not isinstance(answer, Blocked):
                 stream.discard()  # its publish did not take it: it comes with the redelivery
-            held_s, backoff_step = settler.rounds.timing(
-                self.delivery, started=self.started, now=now
-            )
+            held_s, backoff_step = crew.rounds.timing(self.delivery, started=self.started, now=now)
         step = self.step = after(
-            attempt, answer, settler.rules, held_s=held_s, backoff_step=backoff_step
+            self.step.attempt, answer, crew.rules, held_s=held_s, backoff_step=backoff_step
         )
         if step.events:
             self.observe(step)
@@ -143,7 +193,7 @@ class Settling:
     def acked(self, action: Ack, *, acked: bool) -> None:
         """Count the delivery acked with the action's outcome (``acked``: the channel took it)."""
         if acked:
-            self.settler.sink.acked(action.outcome, started=self.started, held=self.held)
+            self.crew.sink.acked(action.outcome, started=self.started, held=self.held)
         if (trace := self.trace) is not None:
             trace.end(action if acked else None)
 
@@ -151,44 +201,59 @@ class Settling:
         """Hold the delivery: its confirm is slower than the limit (it is still awaited)."""
         if not self.is_slow:
             self.is_slow = True
-            settler = self.settler
-            rules = settler.rules
+            rules, confirms = self.crew.rules, self.crew.confirms
             quarantine = isinstance(self.step.attempt.plan, Quarantine)
             exchange = rules.quarantine_exchange if quarantine else rules.exchange
-            self.held.take(slow_confirm(exchange, limit_s=settler.confirm_limit_s))
+            self.held.take(slow_confirm(exchange, limit_s=confirms.limit_s))
 
     def count(self, step: Step) -> None:
         """Count a copy going to the task: no later copy of the route overtakes it."""
         action = step.action
         if isinstance(action, Publish) and isinstance(action.plan, Copy):
             self.counted = True
-            self.settler.queued += 1
+            self.crew.queued.count += 1
 
     def uncount(self) -> None:
         """Uncount it, once: its publish started, or it left."""
         if self.counted:
             self.counted = False
-            self.settler.queued -= 1
+            self.crew.queued.count -= 1
+
+    def not_now(self, ticket: Ticket | None = None) -> Answer | None:
+        """Return the answer for a publish that must not be written now; None: publish it.
+
+        Not for a delivery whose channel is closing (its copy would be a certain
+        duplicate), nor while the broker blocks: behind the unblock line unless it holds a
+        ``ticket`` of it (its turn came), when only a new block stops it.
+        """
+        if not self.consumer.is_open:
+            return Lost(gone=True, error="the channel it came on is closing")
+        crew = self.crew
+        if ticket is None:
+            reason = crew.line.blocked(crew.connection)
+        else:
+            reason = crew.connection.blocked_reason
+        return None if reason is None else Blocked(reason)
 
     # --- from the frame handlers ---
 
     def publish_now(self, step: Step) -> bool:
         """Publish the step's copy now if nothing stands in the way; False: it did not."""
-        action, settler = step.action, self.settler
-        lane = settler.lane
-        if not isinstance(action, Publish) or action.alone or lane is None:
+        action, crew = step.action, self.crew
+        if not isinstance(action, Publish) or action.alone:
             return False
         plan = action.plan
-        if not isinstance(plan, Copy) or settler.queued or settler.not_now(self.consumer):
+        if not isinstance(plan, Copy) or crew.queued.count or self.not_now():
             return False
+        lane = crew.lane
         shared = lane.shared_now()
         if shared is None:
             return False
-        self.step, self.lane, self.shared = step, lane, shared
+        self.step, self.shared = step, shared
         self.is_slow = False  # a new publish: its own confirm may be late
         try:
             published = plan if self.trace is None else self.sending(plan)
-            sent = settler.publisher.publish_now(
+            sent = crew.publisher.publish_now(
                 shared.publisher,
                 self.delivery,
                 published if isinstance(published, Copy) else plan,
@@ -205,22 +270,22 @@ class Settling:
                 self.send = None
                 send.unsent()  # the task publishes it, in a span of its own
             return False
-        settler.confirms.sent(self)
+        crew.confirms.sent(self)
         return True
 
     def settled(self, result: PublishOutcome | BaseException) -> None:
         """Read the confirm callback's result into the next step; ack, or go on in a task."""
-        settler = self.settler
-        settler.confirms.answered(self)
+        crew = self.crew
+        crew.confirms.answered(self)
         try:
-            self.lane.release_now(self.shared, result)
+            crew.lane.release_now(self.shared, result)
             step = self.read(self.answer(result))
             action = step.action
             if isinstance(action, Ack):
                 acked = self.consumer.try_ack(self.delivery.delivery_tag)
                 if acked is not None:  # None: a cancel holds acks back, the task waits
                     self.acked(action, acked=acked)
-                    settler.sink.finished(self.held)
+                    crew.sink.finished(self.held)
                     return
         except Exception as e:  # noqa: BLE001 - a bug must not reach the frame handler
             self.go_on(None, error=e)
@@ -229,7 +294,157 @@ class Settling:
 
     def go_on(self, step: Step | None, *, error: Exception | None = None) -> None:
         """Carry out the rest in a task of the route's, from ``step`` (or after ``error``)."""
-        self.settler.tasks.start(
-            settle(self, step, error),
-            name=f"settle:{self.settler.route.name}:{self.delivery.delivery_tag}",
+        self.crew.tasks.start(
+            self.run(step, error),
+            name=f"settle:{self.crew.route}:{self.delivery.delivery_tag}",
         )
+
+    # --- in the delivery's task ---
+
+    async def run(self, step: Step | None, error: Exception | None = None) -> None:
+        """Carry out the steps from ``step`` (its events seen) until the delivery is settled.
+
+        ``error``: what stopped it in a frame handler, met here as in the task. A missing
+        exchange or queue pauses the route; a lost channel leaves the delivery to the
+        broker; a bug gives it back, logged with its traceback.
+        """
+        crew, consumer, delivery = self.crew, self.consumer, self.delivery
+        # A body over max_body_bytes: its frames wait for the publish that takes them.
+        if delivery.unread_body is not None:
+            self.stream = consumer.passing_body(delivery.delivery_tag)
+        try:
+            await self._carry_out(step, error)
+        except MissingEntityError as e:
+            await crew.sink.give_back(consumer, None, str(e))
+        except ChannelLostError as e:
+            log.debug("route %s: delivery left to the broker: %s", crew.route, e)
+        except Exception as e:  # noqa: BLE001 - logged with its traceback, the route paused
+            await crew.sink.give_back(consumer, None, BUG_REASON, bug=e)
+        finally:
+            self.uncount()
+            self.told(Lost(gone=True, error="its task ended"))  # a send span left open
+            if (stream := self.stream) is not None:
+                stream.discard()
+            if (trace := self.trace) is not None:
+                trace.end(None)  # left unsettled, unless its last action ended it
+            crew.sink.finished(self.held)
+
+    async def _carry_out(self, step: Step | None, error: Exception | None) -> None:
+        """Carry out each action of the settle step, from ``step`` to the last one.
+
+        ``error`` (with no step): raised here, to end as the same error met in the task.
+        """
+        if error is not None:
+            raise error
+        ticket: Ticket | None = None  # its place in the unblock line, once its turn came
+        try:
+            while step is not None:
+                self.step = step
+                action = step.action
+                match action:
+                    case Publish():
+                        answer, ticket = await self.publish_once(action, ticket)
+                        if not isinstance(answer, Blocked):
+                            self.uncount()  # answered: later copies may go from the handler
+                        step = self.read(answer)
+                    case Wait() | WaitUnblocked():
+                        step, ticket = await self._wait(action, ticket)
+                        if step is not None and step.events:  # None: the broker redelivers it
+                            self.observe(step)
+                    case IfReturnBudget(then=then, otherwise=otherwise):
+                        step = then if self.crew.may_retry_return() else otherwise
+                        if step.events:
+                            self.observe(step)
+                    case _:
+                        await self._last(action)
+                        return
+        finally:
+            if ticket is not None:  # it left without publishing
+                self.crew.line.leave(ticket)
+
+    async def publish_once(
+        self, publish: Publish, ticket: Ticket | None
+    ) -> tuple[Answer, Ticket | None]:
+        """Publish the step's plan once, unless ``not_now``; return the answer and ticket.
+
+        Copies waiting in the unblock line go first: one holding its ``ticket`` leaves the
+        line as its publish starts.
+        """
+        crew = self.crew
+        plan = self.sending(publish.plan)
+        if (not_yet := self.not_now(ticket)) is not None:
+            if ticket is not None and not isinstance(not_yet, Blocked):
+                crew.line.leave(ticket)
+                ticket = None
+            self.told(not_yet)
+            return not_yet, ticket
+        if ticket is not None:
+            crew.line.leave(ticket)
+        self.is_slow = False  # a new publish: its own confirm may be late
+        try:
+            result = await crew.publisher.publish(
+                crew.lane,
+                self.delivery,
+                plan,
+                alone=publish.alone,
+                on_slow=self.slow,
+                stream=self.stream,
+            )
+        except Exception as e:  # noqa: BLE001 - every exception of a publish is read as an answer
+            return self.answer(e), None
+        return self.answer(result), None
+
+    async def _wait(
+        self, action: Wait | WaitUnblocked, ticket: Ticket | None
+    ) -> tuple[Step | None, Ticket | None]:
+        """Wait as the step says; return the step after it (None: let the delivery go).
+
+        A ``Wait``: its backoff step's delay, drawn here within its bound; a
+        ``WaitUnblocked``: in the unblock line, its ``ticket`` kept if blocked again. A stop
+        ends either, and so does the close of the channel the delivery came on.
+        """
+        crew, consumer = self.crew, self.consumer
+        if isinstance(action, Wait):
+            delay_s = wait_s(action, crew.backoff)
+            await first_of(sleep_unless(crew.stop, delay_s), consumer.wait_gone())
+            let_go = crew.stop.is_set()
+        else:
+            ticket = await crew.line.wait(
+                crew.connection, crew.stop.wait(), consumer.wait_gone(), ticket=ticket
+            )
+            let_go = ticket is None
+        if let_go or not consumer.is_open:
+            return None, ticket
+        return action.then, ticket
+
+    async def _last(self, action: Ack | DeadLetter | GiveBack | LetGo | Requeue) -> None:
+        """Carry out the delivery's last action on the channel it came on.
+
+        A dead-letter (a reject, requeue=false) is counted and logged at error; a give-back
+        pauses the route and closes the channel; a requeue counts a round of a body passed
+        through. A channel already gone rejects nothing: the broker redelivers it.
+        """
+        crew, consumer, delivery = self.crew, self.consumer, self.delivery
+        tag = delivery.delivery_tag
+        match action:
+            case Ack():
+                if self.stream is not None:
+                    crew.rounds.forget(delivery)
+                self.acked(action, acked=await consumer.ack(tag))
+                return
+            case DeadLetter(reason=reason):
+                crew.rounds.forget(delivery)
+                if await consumer.reject(tag, requeue=False):
+                    crew.sink.dead_lettered(delivery, reason)
+            case GiveBack(reason=reason):
+                await crew.sink.give_back(consumer, None, reason)
+            case LetGo():
+                pass  # the broker redelivers it
+            case Requeue(reason=reason):
+                crew.rounds.again(delivery, started=self.started)
+                if await consumer.reject(tag, requeue=True):
+                    crew.sink.requeued(delivery, reason)
+            case _:
+                assert_never(action)
+        if (trace := self.trace) is not None:
+            trace.end(action)

@@ -1,9 +1,10 @@
 """Where a route's settled deliveries and the settle step's events go: one sink per route.
 
 Metrics, the route log and the route's state hear of a delivery only from here: its start
-(``begin``), what the step saw (``observe``), an acked delivery counted (``acked``), its
-end (``finished``), and a route paused with its channel closed (``give_back``), whichever
-path settled it (the fast pass or the settler's task).
+(``begin``), what the step saw (``observe``), an acked delivery counted (``acked``), a
+dead-letter counted and logged at error (``dead_lettered``, never silent), a requeue
+logged (``requeued``), its end (``finished``), and a route paused with its channel closed
+(``give_back``), whichever path settled it (the frame handler or the delivery's task).
 """
 
 from __future__ import annotations
@@ -42,7 +43,16 @@ log = logging.getLogger("sidecar.relay")  # the relay's lines, whichever module 
 class RouteSink:
     """One route's sink for what its deliveries came to; see the module docstring."""
 
-    __slots__ = ("_clock", "_log", "_metrics", "_publishers", "_route", "_state", "monotonic")
+    __slots__ = (
+        "_clock",
+        "_log",
+        "_metrics",
+        "_publishers",
+        "_queue",
+        "_route",
+        "_state",
+        "monotonic",
+    )
 
     def __init__(
         self,
@@ -53,8 +63,10 @@ class RouteSink:
         route_log: RouteLog,
         state: RouteState,
         clock: Clock,
+        queue: str,
     ) -> None:
         self._route = route
+        self._queue = queue  # the route's staging queue
         self._publishers = publishers
         self._metrics = metrics
         self._log = route_log
@@ -73,6 +85,7 @@ class RouteSink:
             route_log=route_log,
             state=state,
             clock=context.clock,
+            queue=route.queue,
         )
 
     def observe(self, events: tuple[Event, ...], delivery: Delivery, held: HeldDelivery) -> None:
@@ -124,6 +137,30 @@ class RouteSink:
         held.release()
         self._state.end(held.size, held.generation)
 
+    def dead_lettered(self, delivery: Delivery, reason: str) -> None:
+        """Count a delivery rejected to its queue's dead-letter exchange; log it at error."""
+        route, queue = self._route, self._queue
+        self._metrics.count_dead_lettered(route)
+        log.error(
+            "route %s rejected a message to the dead-letter exchange of queue %s"
+            " (dropped by the broker if it has none): %s",
+            route,
+            queue,
+            reason,
+            extra=_extra(route, delivery, queue),
+        )
+
+    def requeued(self, delivery: Delivery, reason: str) -> None:
+        """Log a delivery given back to its queue, with the reason."""
+        route, queue = self._route, self._queue
+        log.warning(
+            "route %s gave a message back to queue %s: %s",
+            route,
+            queue,
+            reason,
+            extra=_extra(route, delivery, queue),
+        )
+
     async def give_back(
         self,
         consumer: AckChannel,
@@ -145,3 +182,8 @@ class RouteSink:
         finally:
             if held is not None:
                 self.finished(held)
+
+
+def _extra(route: str, delivery: Delivery, queue: str) -> dict[str, object]:
+    """Return a log line's fields for one message of the route."""
+    return {"route": route, "message_id": delivery.properties.get("message_id"), "queue": queue}

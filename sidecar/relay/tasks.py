@@ -1,7 +1,7 @@
 """A route's tasks: every one it starts is named, kept and waited for by the route.
 
 The route's deliveries that cannot be settled from a frame handler go on as tasks
-(``relay.settle_task``), each named ``settle:<route>:<delivery tag>``. They are kept
+(``Settling.run``), each named ``settle:<route>:<delivery tag>``. They are kept
 here, not left to the event loop, so that a drain can wait for them (``wait``), bounded
 by its grace period, and what is left after it is cancelled (``cancel``) rather than
 outliving the route. A task that ends with an exception other than a cancellation has

@@ -18,6 +18,7 @@ from sidecar.settle.answers import (
     Lost,
     Refused,
     Unwritable,
+    answer_of,
 )
 from sidecar.settle.events import (
     Bug,
@@ -124,6 +125,7 @@ __all__ = [
     "Wait",
     "WaitUnblocked",
     "after",
+    "answer_of",
     "begin",
     "bounded",
     "consumer_timeout_after",

@@ -1,8 +1,8 @@
 """The answers a publish gets from the broker, as the settle step reads them.
 
-The settler turns each publish's outcome or exception into one of these
-(``sidecar.relay.settler.publish_answer``); ``sidecar.settle.step.after`` reads it. Pure
-data: no I/O.
+``answer_of`` reads each publish's outcome or exception into one of these, whichever path
+published it (a frame handler's confirm callback or the delivery's task);
+``sidecar.settle.table.after`` reads the answer. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -12,10 +12,11 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Final, TypeAlias
 
+from sidecar.errors import ChannelClosedError, ChannelLostError, MissingEntityError, WireError
 from sidecar.wire import PublishOutcome
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
 __all__ = [
     "PUBLISHED",
@@ -28,6 +29,7 @@ __all__ = [
     "Refused",
     "Returned",
     "Unwritable",
+    "answer_of",
 ]
 
 
@@ -106,3 +108,28 @@ PUBLISHED: Final[Mapping[PublishOutcome, Confirmed | Returned | Nacked]] = Mappi
         PublishOutcome.NACKED: Nacked(),
     }
 )
+
+
+def answer_of(result: PublishOutcome | BaseException, *, gone: Callable[[], bool]) -> Answer:
+    """Return the answer a publish's outcome or exception means; raise a missing entity.
+
+    A confirm, a return and a nack are themselves; the channel closed by the broker is a
+    refusal with its code; the channel lost otherwise is ``Lost``, ``gone`` (asked only
+    then) when a stop or the connection took it, and not when another publish's refusal
+    did; a copy the codec cannot write is ``Unwritable``; any other exception ``Failed``
+    (a bug). A missing exchange or queue is the route's, not the delivery's: it is raised
+    again, for the route to pause; so is what is not an ``Exception`` (a cancellation).
+    """
+    if isinstance(result, PublishOutcome):
+        return PUBLISHED[result]
+    if isinstance(result, MissingEntityError):
+        raise result
+    if isinstance(result, ChannelClosedError):
+        return Refused(result.code, result.text)
+    if isinstance(result, ChannelLostError):
+        return Lost(gone=gone(), error=str(result))
+    if isinstance(result, (WireError, ValueError, TypeError)):
+        return Unwritable(str(result))
+    if isinstance(result, Exception):
+        return Failed(result)
+    raise result

@@ -166,6 +166,18 @@ class FakeChannel(Consuming, PublishRecorder):
         await self.ended.wait()
         return self.reason
 
+    async def wait_gone(self) -> None:
+        """Return once closed; a broker's cancel alone leaves the channel open.
+
+        The fake's ``is_open`` is set by tests as well as by its close: it is looked at
+        again after each end, and every 10 ms once the broker cancelled.
+        """
+        while self.is_open:
+            if self.ended.is_set():
+                await asyncio.sleep(0.01)
+            else:
+                await self.ended.wait()
+
     def cancelled_by_broker(self) -> None:
         """The queue was deleted: every consumer of the channel is gone, the channel stays."""
         self.consumer_cancelled = True

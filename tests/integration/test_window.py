@@ -21,7 +21,7 @@ import pytest
 
 from sidecar.amqp import Channel, Connection, Delivery, connect
 from sidecar.broker import BrokerAddress
-from sidecar.relay import settle_task, settler
+from sidecar.relay import settler
 from sidecar.relay.settling import Settling
 from sidecar.relay.sink import RouteSink
 from sidecar.relay.state import HeldDelivery
@@ -168,7 +168,7 @@ def counting_in_flight(
     the window is what bounds it).
     """
     seen = InFlight()
-    begin, finished, carry_out = RouteSink.begin, RouteSink.finished, settle_task._carry_out
+    begin, finished, carry_out = RouteSink.begin, RouteSink.finished, Settling._carry_out
 
     async def slowed(*args: Any, **kwargs: Any) -> Any:
         await asyncio.sleep(slow_s)
@@ -197,7 +197,7 @@ def counting_in_flight(
     monkeypatch.setattr(RouteSink, "finished", uncounted)
     if slow_s:  # every delivery through a settle task, which waits before publishing
         monkeypatch.setattr(Settling, "publish_now", lambda *_args, **_kwargs: False)
-        monkeypatch.setattr(settle_task, "_carry_out", slowed)
+        monkeypatch.setattr(Settling, "_carry_out", slowed)
     yield seen
 
 

@@ -191,6 +191,19 @@ async def test_the_brokers_cancel_ends_the_consumer_but_not_the_channel() -> Non
     assert link.methods()[-1].name == "Basic.Ack"
 
 
+async def test_a_channel_is_gone_once_it_begins_to_close_not_at_a_cancel() -> None:
+    """``wait_gone``: a waiting delivery lets go at the close, an event rather than a poll."""
+    channel, _ = await in_state(ChannelState.OPEN)
+    gone = asyncio.create_task(channel.wait_gone())
+    cancel = spec.Basic.Cancel(consumer_tag="acemq-sidecar.r1")
+    assert channel.on_method(BASIC_CANCEL, payload_of(cancel))
+    await asyncio.sleep(0)
+    assert not gone.done()  # the cancel alone: what is in flight may still be settled
+    channel.begin_close()
+    async with asyncio.timeout(1):
+        await gone
+
+
 async def test_flow_is_answered_with_the_same_flag() -> None:
     """channel.flow is acknowledged with its own flag, and the channel stays open."""
     channel, link = await in_state(ChannelState.OPEN)

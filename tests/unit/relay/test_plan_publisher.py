@@ -21,7 +21,6 @@ from sidecar.amqp import ChannelLostError
 from sidecar.errors import WireError
 from sidecar.relay.lane import PublishLane
 from sidecar.relay.publisher import PlanPublisher
-from sidecar.relay.settle_task import publish_once
 from sidecar.relay.settler import Settler
 from sidecar.relay.settling import Settling
 from sidecar.relay.state import HeldDelivery, RouteState
@@ -40,7 +39,7 @@ from sidecar.settle.step import Attempt, GiveBack, Publish, Step, Wait
 from sidecar.settle.table import LOST_CHANNEL, after
 from sidecar.wire import Delivery, PublishOutcome
 from tests.fakes import Answer as Scripted
-from tests.fakes import FakeBroker, FakeConnection
+from tests.fakes import FakeBroker, FakeChannel, FakeConnection
 from tests.fakes.route import QUARANTINE, orders_route
 
 
@@ -60,13 +59,16 @@ class Rig:
 
     async def answer(self, plan: Plan, *, alone: bool = False) -> Answer:
         """Publish ``plan`` once for the delivery below; the delivery's reading of the result."""
-        settling = Settling(
-            self.settler, self.broker.consumer(), delivery(), self.held, started=0.0, trace=None
-        )
+        settling = self.settling(self.broker.consumer())
         publish = Publish(plan, alone=alone)
         settling.step = Step(publish, Attempt(plan=plan, alone=alone))
-        answer, _ticket = await publish_once(settling, publish, None)
+        answer, _ticket = await settling.publish_once(publish, None)
         return answer
+
+    def settling(self, consumer: FakeChannel) -> Settling:
+        """The delivery below being settled, consumed on ``consumer``."""
+        assert self.settler.crew is not None
+        return Settling(self.settler.crew, consumer, delivery(), self.held, started=0.0, trace=None)
 
 
 LIMITS = HoldLimits(consumer_timeout_s=1800.0, nack_max_attempts=10, nack_max_s=300.0)
@@ -183,7 +185,9 @@ async def test_a_dead_letter_is_counted_and_logged_with_its_reason(
     rig = make_rig([])
     consumer = rig.broker.consumer()
     with caplog.at_level(logging.ERROR, logger="sidecar.relay"):
-        await rig.settler.last.dead_letter(consumer, delivery(), "held too long")
+        await rig.settling(consumer).run(
+            Step(DeadLetter("held too long"), Attempt(plan=Quarantine("x")))
+        )
     assert consumer.rejected == [(7, False)]
     sample = {"route": "orders"}
     assert rig.registry.get_sample_value("acemq_sidecar_dead_lettered_total", sample) == 1
@@ -198,7 +202,9 @@ async def test_a_dead_letter_on_a_channel_already_gone_is_neither_counted_nor_lo
     rig = make_rig([])
     consumer = rig.broker.consumer(is_open=False)
     with caplog.at_level(logging.ERROR, logger="sidecar.relay"):
-        await rig.settler.last.dead_letter(consumer, delivery(), "held too long")
+        await rig.settling(consumer).run(
+            Step(DeadLetter("held too long"), Attempt(plan=Quarantine("x")))
+        )
     sample = {"route": "orders"}
     assert rig.registry.get_sample_value("acemq_sidecar_dead_lettered_total", sample) == 0
     assert caplog.text == ""

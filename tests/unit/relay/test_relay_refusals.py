@@ -22,7 +22,7 @@ from sidecar.amqp import (
     RelayConnection,
 )
 from sidecar.contract import ERROR
-from sidecar.relay import held_waits as held_waits_module
+from sidecar.relay import settling as settling_module
 from sidecar.relay.lane import PublishLane
 from sidecar.relay.settler import Settler
 from sidecar.relay.state import RouteState
@@ -65,7 +65,7 @@ def fake_time(monkeypatch: pytest.MonkeyPatch) -> list[float]:
         await asyncio.sleep(0)
         del stop
 
-    monkeypatch.setattr(held_waits_module, "sleep_unless", sleep_unless)
+    monkeypatch.setattr(settling_module, "sleep_unless", sleep_unless)
     return now
 
 
@@ -315,7 +315,7 @@ async def test_a_stop_during_a_hold_lets_go_and_counts_no_retried_copy(
         del delay_s
         stop.set()
 
-    monkeypatch.setattr(held_waits_module, "sleep_unless", stopped_meanwhile)
+    monkeypatch.setattr(settling_module, "sleep_unless", stopped_meanwhile)
     consumer = rig.broker.consumer()
     await rig.settle(consumer)
     assert rig.broker.published == [(1, "orders")]
@@ -366,7 +366,7 @@ async def test_a_delivery_waiting_lets_go_when_its_channel_closes(
         del stop, delay_s
         await never.wait()
 
-    monkeypatch.setattr(held_waits_module, "sleep_unless", held_for_long)
+    monkeypatch.setattr(settling_module, "sleep_unless", held_for_long)
     consumer = rig.broker.consumer()
     task = asyncio.create_task(rig.settle(consumer))
     for _ in range(20):
@@ -384,7 +384,6 @@ async def test_after_a_brokers_cancel_a_waiting_delivery_lets_go_once_the_channe
 ) -> None:
     """The cancel leaves the channel open (the wait goes on); its later close ends the wait."""
     rig = make_rig(fake_time, [], blocked="low on memory")
-    monkeypatch.setattr(held_waits_module, "CLOSED_POLL_S", 0.01)
     consumer = rig.broker.consumer()
     task = asyncio.create_task(rig.settle(consumer))
     for _ in range(20):

@@ -7,8 +7,7 @@ import asyncio
 import pytest
 
 from sidecar.errors import ChannelClosedError, ChannelLostError, MissingEntityError, WireError
-from sidecar.relay.answer_of import answer_of
-from sidecar.settle import Confirmed, Failed, Lost, Refused, Unwritable
+from sidecar.settle import Confirmed, Failed, Lost, Refused, Unwritable, answer_of
 from sidecar.settle.answers import Nacked, Returned
 from sidecar.wire import PublishOutcome
 
