@@ -91,8 +91,9 @@ class PublishLane:
     def shared_now(self) -> Shared | None:
         """Take the shared channel for a publish now, if it is open and the gate lets it go.
 
-        The fast pass's ``shared``: None when a publish would have to wait (a channel to
-        open, a probe at the gate); ``release_now`` gives it back once answered.
+        For ``Settling.publish_now``, in a frame handler: None when a publish would have to
+        wait (a channel to open, a probe at the gate); ``release_now`` gives it back once
+        answered.
         """
         shared = self._shared
         if shared is None or not shared.publisher.is_open or not self._gate.try_enter():

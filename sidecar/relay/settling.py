@@ -24,7 +24,6 @@ from sidecar.relay.waits import first_of, sleep_unless
 from sidecar.settle import (
     BUG_REASON,
     Ack,
-    Blocked,
     Copy,
     DeadLetter,
     GiveBack,
@@ -32,15 +31,17 @@ from sidecar.settle import (
     LetGo,
     Lost,
     Publish,
-    Quarantine,
     Refused,
     Requeue,
     Wait,
     WaitUnblocked,
     after,
     answer_of,
+    not_now,
+    shared_copy,
     slow_confirm,
     wait_s,
+    waits_unblock,
 )
 
 if TYPE_CHECKING:
@@ -180,7 +181,7 @@ class Settling:
         if (stream := self.stream) is None:
             held_s, backoff_step = now - self.started, None
         else:  # a body passed through: held over its rounds, which span its redeliveries
-            if not stream.taken and not isinstance(answer, Blocked):
+            if not stream.taken and not waits_unblock(answer):
                 stream.discard()  # its publish did not take it: it comes with the redelivery
             held_s, backoff_step = crew.rounds.timing(self.delivery, started=self.started, now=now)
         step = self.step = after(
@@ -201,10 +202,8 @@ class Settling:
         """Hold the delivery: its confirm is slower than the limit (it is still awaited)."""
         if not self.is_slow:
             self.is_slow = True
-            rules, confirms = self.crew.rules, self.crew.confirms
-            quarantine = isinstance(self.step.attempt.plan, Quarantine)
-            exchange = rules.quarantine_exchange if quarantine else rules.exchange
-            self.held.take(slow_confirm(exchange, limit_s=confirms.limit_s))
+            exchange = self.crew.rules.exchange_of(self.step.attempt.plan)
+            self.held.take(slow_confirm(exchange, limit_s=self.crew.confirms.limit_s))
 
     def count(self, step: Step) -> None:
         """Count a copy going to the task: no later copy of the route overtakes it."""
@@ -220,30 +219,25 @@ class Settling:
             self.crew.queued.count -= 1
 
     def not_now(self, ticket: Ticket | None = None) -> Answer | None:
-        """Return the answer for a publish that must not be written now; None: publish it.
+        """Return the answer for a publish that must not be written now (``settle.not_now``).
 
-        Not for a delivery whose channel is closing (its copy would be a certain
-        duplicate), nor while the broker blocks: behind the unblock line unless it holds a
-        ``ticket`` of it (its turn came), when only a new block stops it.
+        Blocked: behind the unblock line unless it holds a ``ticket`` of it (its turn
+        came), when only a new block stops it.
         """
-        if not self.consumer.is_open:
-            return Lost(gone=True, error="the channel it came on is closing")
         crew = self.crew
         if ticket is None:
-            reason = crew.line.blocked(crew.connection)
+            blocked = crew.line.blocked(crew.connection)
         else:
-            reason = crew.connection.blocked_reason
-        return None if reason is None else Blocked(reason)
+            blocked = crew.connection.blocked_reason
+        return not_now(channel_open=self.consumer.is_open, blocked=blocked)
 
     # --- from the frame handlers ---
 
     def publish_now(self, step: Step) -> bool:
         """Publish the step's copy now if nothing stands in the way; False: it did not."""
-        action, crew = step.action, self.crew
-        if not isinstance(action, Publish) or action.alone:
-            return False
-        plan = action.plan
-        if not isinstance(plan, Copy) or crew.queued.count or self.not_now():
+        crew = self.crew
+        plan = shared_copy(step)
+        if plan is None or crew.queued.count or self.not_now():
             return False
         lane = crew.lane
         shared = lane.shared_now()
@@ -344,7 +338,7 @@ class Settling:
                 match action:
                     case Publish():
                         answer, ticket = await self.publish_once(action, ticket)
-                        if not isinstance(answer, Blocked):
+                        if not waits_unblock(answer):
                             self.uncount()  # answered: later copies may go from the handler
                         step = self.read(answer)
                     case Wait() | WaitUnblocked():
@@ -373,7 +367,7 @@ class Settling:
         crew = self.crew
         plan = self.sending(publish.plan)
         if (not_yet := self.not_now(ticket)) is not None:
-            if ticket is not None and not isinstance(not_yet, Blocked):
+            if ticket is not None and not waits_unblock(not_yet):
                 crew.line.leave(ticket)
                 ticket = None
             self.told(not_yet)

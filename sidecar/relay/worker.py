@@ -1,19 +1,17 @@
-"""The I/O loop of one route: consume, publish what settlement decides, ack on the confirm.
+"""One route's channel life: check, open, consume, drain, close, and reopen with backoff.
 
-Its one rule: a delivery is acked only after the broker confirmed its normalised copy on
-the target exchange, or its quarantine copy on the quarantine exchange. Anything else
-leaves it unacked, and the broker redelivers it; the one exception is a delivery neither
-the target nor quarantine takes before the broker's consumer_timeout would take it back,
-which is rejected (requeue=false) to the staging queue's dead-letter exchange, logged
-and counted. The decisions are ``sidecar.settle.settlement``'s (pure, unit-tested); the wire is
-the AMQP client's, seen through its Protocols (``Consumer``, ``Publisher``,
-``RelayConnection``). A route consumes on one channel and publishes on others
-(``sidecar.relay.lane``), so that a publish the broker refuses by closing its channel
-requeues nothing. Its consumer's window follows the bodies it sees (``sidecar.flow.window``):
-slow start, bounded by the route's prefetch and ``broker.max_in_flight_bytes``, changed
-by a re-consume on the same channel, whose deliveries in flight are settled as any other.
-This module only carries decisions out, and keeps the route's state (``RouteState``) and
-its rate-limited log lines (``RouteLog``).
+``RouteWorker`` checks the route's staging queue and exchanges passively, opens its
+consuming channel and its ``RouteConsumer``, attaches the route's ``Settler`` (which
+settles each delivery: publish, ack) to the session's publishing connection and lane,
+and on a stop or a reload drains (acks held until nothing is on its way, cancel, settle
+what is held within the grace, close). A lost channel or a missing entity pauses the
+route, which reopens with backoff; a broker's 406 for a delivery held past its
+consumer_timeout makes the route hold by that timeout from then on. A route consumes on
+one channel and publishes on others (``sidecar.relay.lane``), so that a publish the
+broker refuses by closing its channel requeues nothing. Its consumer's window follows the
+bodies it sees (``sidecar.flow.window``). The decisions are ``sidecar.settle``'s; this
+module carries them out, and keeps the route's state (``RouteState``) and its
+rate-limited log lines (``RouteLog``).
 """
 
 from __future__ import annotations

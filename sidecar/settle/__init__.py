@@ -19,6 +19,8 @@ from sidecar.settle.answers import (
     Refused,
     Unwritable,
     answer_of,
+    not_now,
+    waits_unblock,
 )
 from sidecar.settle.events import (
     Bug,
@@ -76,6 +78,7 @@ from sidecar.settle.step import (
     Wait,
     WaitUnblocked,
     begin,
+    shared_copy,
     wait_s,
 )
 from sidecar.settle.table import TABLE, after
@@ -132,12 +135,15 @@ __all__ = [
     "delivery_limit_reached",
     "fallbacks",
     "log_origin",
+    "not_now",
     "original_headers",
     "quarantine_copy",
     "quarantine_deadline_s",
     "read_permission_named",
     "reason_kind",
     "reason_only",
+    "shared_copy",
     "slow_confirm",
     "wait_s",
+    "waits_unblock",
 ]

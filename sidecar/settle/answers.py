@@ -30,6 +30,8 @@ __all__ = [
     "Returned",
     "Unwritable",
     "answer_of",
+    "not_now",
+    "waits_unblock",
 ]
 
 
@@ -133,3 +135,25 @@ def answer_of(result: PublishOutcome | BaseException, *, gone: Callable[[], bool
     if isinstance(result, Exception):
         return Failed(result)
     raise result
+
+
+def not_now(*, channel_open: bool, blocked: str | None) -> Lost | Blocked | None:
+    """Return the answer for a publish that must not be written now; None: it may go.
+
+    Not for a delivery whose channel is closing (its ack would be refused and the broker
+    redelivers it: the copy would be a certain duplicate), nor while the broker blocks
+    (``blocked``, its reason: a copy written then could reach the broker after a stop gave
+    its delivery back).
+    """
+    if not channel_open:
+        return Lost(gone=True, error="the channel it came on is closing")
+    return None if blocked is None else Blocked(blocked)
+
+
+def waits_unblock(answer: Answer) -> bool:
+    """Whether the publish is still to be made once the broker unblocks: nothing was sent.
+
+    Its body waits for it (not dropped), it keeps its place (no later copy overtakes it),
+    and its place in the unblock line.
+    """
+    return isinstance(answer, Blocked)

@@ -12,8 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from sidecar.settle.settlement import Quarantine
+
 if TYPE_CHECKING:
     from sidecar.settle.holds import HoldLimits
+    from sidecar.settle.settlement import Plan
 
 __all__ = ["Rules"]
 
@@ -30,3 +33,7 @@ class Rules:
     # after so long, while the route's budget says yes.
     returns_retried: int = 0
     return_delay_s: float = 0.0
+
+    def exchange_of(self, plan: Plan) -> str:
+        """Return the exchange ``plan`` is published to: the route's, or quarantine's."""
+        return self.quarantine_exchange if isinstance(plan, Quarantine) else self.exchange

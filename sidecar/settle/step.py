@@ -18,7 +18,14 @@ from typing import TYPE_CHECKING, TypeAlias
 
 from sidecar.settle.events import Bug, Event, Violations
 from sidecar.settle.holds import delivery_limit_reached
-from sidecar.settle.settlement import DeadLetter, Outcome, Quarantine, internal_error, plan_delivery
+from sidecar.settle.settlement import (
+    Copy,
+    DeadLetter,
+    Outcome,
+    Quarantine,
+    internal_error,
+    plan_delivery,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -41,6 +48,7 @@ __all__ = [
     "Wait",
     "WaitUnblocked",
     "begin",
+    "shared_copy",
     "wait_s",
 ]
 
@@ -194,6 +202,19 @@ class Step:
         object.__setattr__(self, "action", action)
         object.__setattr__(self, "attempt", attempt)
         object.__setattr__(self, "events", events)
+
+
+def shared_copy(step: Step) -> Copy | None:
+    """Return the copy a step publishes on the route's shared channel; None for any other.
+
+    Only such a copy may be published from the frame handler that read its delivery or
+    its last answer, when nothing else stands in its way (a copy of the route's still
+    waiting on a task, a closing channel, the broker's block, a channel to open).
+    """
+    action = step.action
+    if isinstance(action, Publish) and not action.alone and isinstance(action.plan, Copy):
+        return action.plan
+    return None
 
 
 def begin(delivery: Delivery, target: Target, *, now_ms: int, new_id: Callable[[], str]) -> Step:

@@ -194,7 +194,7 @@ def _untaken(published: PublishOutcome) -> Transition:
 def _refused(attempt: Attempt, answer: Answer, rules: Rules, timing: Timing) -> Step:
     """Read the broker's close of the channel: its code, and whether the publish was alone."""
     refused = _as(answer, Refused)
-    where = rules.exchange if isinstance(attempt.plan, Copy) else rules.quarantine_exchange
+    where = rules.exchange_of(attempt.plan)
     decision = after_refusal(
         refused.code, refused.text, attempt.plan, alone=attempt.alone, exchange=where
     )

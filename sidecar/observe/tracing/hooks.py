@@ -1,7 +1,7 @@
 """What the relay calls on tracing: Protocols, so that the relay never imports the SDK.
 
 A route's ``RouteTracer`` starts a ``DeliveryTrace`` per delivery (None when the sampler
-drops it: the delivery then goes on untraced, the fast pass and all); the trace hears the
+drops it: the delivery then goes on untraced, on either path); the trace hears the
 settle step's events, makes a ``SendTrace`` per copy published and ends with the step's
 last action. ``Tracing`` is the process's: a tracer per route, and the flush at the end.
 No hook the relay calls raises: what a tracer raises stays in ``guard``.

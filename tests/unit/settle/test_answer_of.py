@@ -7,7 +7,17 @@ import asyncio
 import pytest
 
 from sidecar.errors import ChannelClosedError, ChannelLostError, MissingEntityError, WireError
-from sidecar.settle import Confirmed, Failed, Lost, Refused, Unwritable, answer_of
+from sidecar.settle import (
+    Blocked,
+    Confirmed,
+    Failed,
+    Lost,
+    Refused,
+    Unwritable,
+    answer_of,
+    not_now,
+    waits_unblock,
+)
 from sidecar.settle.answers import Nacked, Returned
 from sidecar.wire import PublishOutcome
 
@@ -54,3 +64,27 @@ def test_any_other_exception_is_a_bug_kept_whole() -> None:
 def test_a_cancellation_is_never_an_answer() -> None:
     with pytest.raises(asyncio.CancelledError):
         answer_of(asyncio.CancelledError(), gone=never)
+
+
+@pytest.mark.parametrize(
+    ("channel_open", "blocked", "expected"),
+    [
+        (True, None, None),
+        (True, "low on memory", Blocked("low on memory")),
+        (False, None, Lost(gone=True, error="the channel it came on is closing")),
+        (False, "low on memory", Lost(gone=True, error="the channel it came on is closing")),
+    ],
+)
+def test_a_publish_waits_for_an_unblock_and_never_goes_for_a_closing_channel(
+    *, channel_open: bool, blocked: str | None, expected: object
+) -> None:
+    """A closing channel wins: its delivery is the broker's again, a copy would duplicate."""
+    assert not_now(channel_open=channel_open, blocked=blocked) == expected
+
+
+def test_only_a_blocked_publish_is_still_to_be_made() -> None:
+    assert waits_unblock(Blocked("low on memory"))
+    assert not any(
+        waits_unblock(answer)
+        for answer in (Confirmed(), Returned(), Nacked(), Lost(gone=True), Failed(OSError()))
+    )

@@ -28,7 +28,7 @@ from sidecar.settle.answers import (
 )
 from sidecar.settle.holds import HoldLimits
 from sidecar.settle.settlement import Copy, Outcome, Plan, Quarantine
-from sidecar.settle.step import Attempt, Publish, Step, Wait, WaitUnblocked
+from sidecar.settle.step import Attempt, Publish, Step, Wait, WaitUnblocked, shared_copy
 from sidecar.settle.table import (
     ANSWER_KINDS,
     PLAN_KINDS,
@@ -140,3 +140,17 @@ def test_any_other_transition_in_an_entrys_place_fails_its_test(pair: tuple[str,
     others = {transition for transition in TABLE.values() if transition is not TABLE[pair]}
     passing = [t.__name__ for t in others if _made(t, pair) == EXPECTED[pair]]
     assert passing == []
+
+
+def test_only_a_copy_on_the_shared_channel_may_go_from_the_frame_handler() -> None:
+    assert shared_copy(Step(Publish(COPY, alone=False), Attempt(plan=COPY))) == COPY
+    assert shared_copy(Step(Publish(COPY, alone=True), Attempt(plan=COPY, alone=True))) is None
+    quarantine = PLANS["quarantine"]
+    assert shared_copy(Step(Publish(quarantine, alone=False), Attempt(plan=quarantine))) is None
+    waiting = Step(Wait(1.0, Step(Publish(COPY, alone=False), Attempt(plan=COPY))), Attempt(COPY))
+    assert shared_copy(waiting) is None
+
+
+def test_a_plan_is_published_to_the_routes_exchange_or_quarantines() -> None:
+    assert RULES.exchange_of(COPY) == "orders"
+    assert RULES.exchange_of(PLANS["quarantine"]) == "acemq.quarantine"
