@@ -19,8 +19,15 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from sidecar import startup_signals
-from sidecar.contract import VectorError, message_from_json, normalise, run_vector, verdict_to_json
+from sidecar import __version__, startup_signals
+from sidecar.contract import (
+    CONTRACT_VERSION,
+    VectorError,
+    message_from_json,
+    normalise,
+    run_vector,
+    verdict_to_json,
+)
 from sidecar.errors import ConfigError, TlsFileError
 from sidecar.observe import LEVELS, parse_level
 
@@ -296,12 +303,25 @@ def _run_loop(main: Coroutine[Any, Any, int]) -> int:
     return uvloop.run(main)
 
 
+def version_line() -> str:
+    """Return what ``--version`` prints: the release, the contract, and which build runs."""
+    build = "compiled" if _compiled() else "plain"
+    return f"acemq-sidecar {__version__} (contract {CONTRACT_VERSION}, {build} build)"
+
+
+def _compiled() -> bool:
+    """Whether the hot modules run compiled (mypyc): the contract's normaliser is one."""
+    module = sys.modules[normalise.__module__]
+    return not str(getattr(module, "__file__", "")).endswith(".py")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Describe the command line."""
     parser = argparse.ArgumentParser(
         prog="acemq-sidecar",
         description="Relay RabbitMQ messages and enforce the AceMQ envelope contract.",
     )
+    parser.add_argument("--version", action="version", version=version_line())
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="relay every route of a route map until SIGTERM")
     run.add_argument("--config", required=True, metavar="FILE", help="the YAML route map")

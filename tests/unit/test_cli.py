@@ -9,7 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from sidecar import __version__
 from sidecar.cli import YOUNG_COLLECTION_EVERY, build_parser, main, tune_collector
+from sidecar.contract import CONTRACT_VERSION
+from sidecar.contract import normaliser as normalise_module
 from tests.unit.contract.test_contract_vectors import VECTORS
 
 
@@ -177,3 +180,17 @@ def test_the_collector_is_tuned_for_the_relay() -> None:
     finally:
         gc.unfreeze()
         gc.set_threshold(*before)
+
+
+def test_version_says_the_release_the_contract_and_the_build(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """What a user types first answers, instead of asking for a command."""
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    line = capsys.readouterr().out.strip()
+    # This suite runs on both builds (./dev): the build is read off the normaliser's file.
+    compiled = not normalise_module.__file__.endswith(".py")
+    build = "compiled" if compiled else "plain"
+    assert line == f"acemq-sidecar {__version__} (contract {CONTRACT_VERSION}, {build} build)"
