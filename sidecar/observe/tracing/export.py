@@ -32,10 +32,11 @@ if TYPE_CHECKING:
 
     from sidecar.routemap import Route, TracingConfig
 
-__all__ = ["SdkTracing", "exporter_for", "sampling_for"]
+__all__ = ["SdkTracing", "exporter_for", "grpc_insecure", "sampling_for"]
 
 DEFAULT_SERVICE_NAME: Final = "acemq-sidecar"
 SCOPE: Final = "acemq-sidecar.relay"
+GRPC_DEFAULT_ENDPOINT: Final = "http://localhost:4317"  # the OTel specification's
 
 
 def sampling_for(config: TracingConfig, env: Mapping[str, str]) -> Sampling:
@@ -56,6 +57,21 @@ def sampling_for(config: TracingConfig, env: Mapping[str, str]) -> Sampling:
     return Sampling(
         parent_based=name.startswith("parentbased_"), ratio=fixed.get(name.strip(), ratio)
     )
+
+
+def grpc_insecure(endpoint: str | None, env: Mapping[str, str]) -> bool:
+    """Return whether OTLP/gRPC goes without TLS, as the SDK specification says it.
+
+    The endpoint's scheme decides (``http://`` plain, ``https://`` TLS; no endpoint is the
+    specification's default, plain); without a scheme,
+    ``OTEL_EXPORTER_OTLP_TRACES_INSECURE``, else ``OTEL_EXPORTER_OTLP_INSECURE`` (``true``:
+    plain; unset: TLS).
+    """
+    endpoint = endpoint or GRPC_DEFAULT_ENDPOINT
+    if endpoint.startswith(("http://", "https://")):
+        return endpoint.startswith("http://")
+    said = env.get("OTEL_EXPORTER_OTLP_TRACES_INSECURE") or env.get("OTEL_EXPORTER_OTLP_INSECURE")
+    return (said or "").strip().lower() == "true"
 
 
 def exporter_for(config: TracingConfig, env: Mapping[str, str]) -> SpanExporter:
@@ -81,10 +97,7 @@ def exporter_for(config: TracingConfig, env: Mapping[str, str]) -> SpanExporter:
             or env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
             or env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
         )
-        return GrpcExporter(
-            endpoint=endpoint,
-            insecure=None if endpoint is None else endpoint.startswith("http://"),
-        )
+        return GrpcExporter(endpoint=endpoint, insecure=grpc_insecure(endpoint, env))
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # noqa: PLC0415
         OTLPSpanExporter as HttpExporter,
     )

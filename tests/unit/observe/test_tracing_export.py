@@ -22,7 +22,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 
 from sidecar.observe import start_tracing
-from sidecar.observe.tracing.export import SdkTracing
+from sidecar.observe.tracing.export import SdkTracing, grpc_insecure
 from sidecar.routemap import TracingConfig
 from tests.fakes.route import orders_route
 
@@ -133,3 +133,32 @@ def test_the_variables_choose_the_protocol_and_endpoint(
     env = {"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint}
     _one_span_to(TracingConfig(service_name="from-the-map"), env)
     assert _names(requests) == [("from-the-map", "process staging.orders")]
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "env", "insecure"),
+    [
+        ("http://collector:4317", {"OTEL_EXPORTER_OTLP_INSECURE": "false"}, True),
+        ("https://collector:4317", {"OTEL_EXPORTER_OTLP_INSECURE": "true"}, False),
+        ("collector:4317", {"OTEL_EXPORTER_OTLP_INSECURE": "true"}, True),
+        ("collector:4317", {"OTEL_EXPORTER_OTLP_TRACES_INSECURE": "TRUE"}, True),
+        ("collector:4317", {}, False),
+        (None, {}, True),  # the specification's default endpoint, http://localhost:4317
+    ],
+)
+def test_grpc_transport_security_is_the_schemes_else_the_insecure_variable(
+    endpoint: str | None, env: dict[str, str], *, insecure: bool
+) -> None:
+    """``otel-collector:4317`` with ``OTEL_EXPORTER_OTLP_INSECURE=true`` goes without TLS."""
+    assert grpc_insecure(endpoint, env) is insecure
+
+
+def test_grpc_without_a_scheme_reaches_a_plain_collector_when_told_insecure(
+    grpc_receiver: tuple[str, Requests],
+) -> None:
+    endpoint, requests = grpc_receiver
+    bare = endpoint.removeprefix("http://")
+    _one_span_to(
+        TracingConfig(endpoint=bare, protocol="grpc"), {"OTEL_EXPORTER_OTLP_INSECURE": "true"}
+    )
+    assert _names(requests) == [("acemq-sidecar", "process staging.orders")]
