@@ -192,7 +192,8 @@ class TracingConfig:
     service_name: str | None = None  # OTEL_SERVICE_NAME wins over it
     link: TraceLink = TraceLink.PARENT
     traceparent: TraceParent = TraceParent.KEEP
-    max_queue_size: int = 2048  # spans waiting for export; more are dropped and counted
+    # Spans waiting for export; more are dropped and counted (OTEL_BSP_MAX_QUEUE_SIZE).
+    max_queue_size: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -387,7 +387,11 @@ def _build(file: RouteMapFile) -> RouteMap:
             service_name=file.tracing.service_name,
             link=file.tracing.link,
             traceparent=file.tracing.traceparent,
-            max_queue_size=file.tracing.max_queue_size,
+            max_queue_size=(
+                file.tracing.max_queue_size
+                if "max_queue_size" in file.tracing.model_fields_set
+                else None
+            ),
         ),
         routes=tuple(
             Route(

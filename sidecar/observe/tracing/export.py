@@ -20,7 +20,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 
 from sidecar.observe.tracing.guard import TraceFaults, guarded
-from sidecar.observe.tracing.sampling import SampledTracer, Sampling
+from sidecar.observe.tracing.sampling import SAMPLERS, SampledTracer, Sampling
 from sidecar.observe.tracing.spans import SpanRouteTracer
 from sidecar.routemap import TraceLink
 
@@ -32,11 +32,18 @@ if TYPE_CHECKING:
 
     from sidecar.routemap import Route, TracingConfig
 
-__all__ = ["SdkTracing", "exporter_for", "grpc_insecure", "sampling_for"]
+__all__ = [
+    "SdkTracing",
+    "exporter_for",
+    "grpc_insecure",
+    "queue_size",
+    "sampling_for",
+]
 
 DEFAULT_SERVICE_NAME: Final = "acemq-sidecar"
 SCOPE: Final = "acemq-sidecar.relay"
 GRPC_DEFAULT_ENDPOINT: Final = "http://localhost:4317"  # the OTel specification's
+QUEUE_SIZE: Final = 2048  # the batch span processor's, when neither the map nor the env says
 
 
 def sampling_for(config: TracingConfig, env: Mapping[str, str]) -> Sampling:
@@ -48,15 +55,26 @@ def sampling_for(config: TracingConfig, env: Mapping[str, str]) -> Sampling:
     if config.sampler_ratio is not None:
         return Sampling(parent_based=True, ratio=config.sampler_ratio)
     name = env.get("OTEL_TRACES_SAMPLER", "").strip().lower() or "parentbased_traceidratio"
+    if name not in SAMPLERS:  # said at start (setup.unhonoured): the specification's default
+        return Sampling(parent_based=True, ratio=1.0)
     try:
         ratio = min(max(float(env.get("OTEL_TRACES_SAMPLER_ARG", "1.0")), 0.0), 1.0)
     except ValueError:
         ratio = 1.0
     fixed = {"always_on": 1.0, "always_off": 0.0, "parentbased_always_on": 1.0}
     fixed["parentbased_always_off"] = 0.0
-    return Sampling(
-        parent_based=name.startswith("parentbased_"), ratio=fixed.get(name.strip(), ratio)
-    )
+    return Sampling(parent_based=name.startswith("parentbased_"), ratio=fixed.get(name, ratio))
+
+
+def queue_size(config: TracingConfig, env: Mapping[str, str]) -> int:
+    """Return how many ended spans may wait for export: the map's, else OTEL_BSP_MAX_QUEUE_SIZE."""
+    if config.max_queue_size is not None:
+        return config.max_queue_size
+    try:
+        size = int(env.get("OTEL_BSP_MAX_QUEUE_SIZE", QUEUE_SIZE))
+    except ValueError:
+        return QUEUE_SIZE
+    return size if size > 0 else QUEUE_SIZE
 
 
 def grpc_insecure(endpoint: str | None, env: Mapping[str, str]) -> bool:
@@ -216,7 +234,7 @@ class SdkTracing:
         self.provider.add_span_processor(
             _CountedQueue(
                 exporter_for(config, env) if exporter is None else exporter,
-                max_queue_size=config.max_queue_size,
+                max_queue_size=queue_size(config, env),
                 dropped=dropped,
             )
         )

@@ -18,7 +18,20 @@ if TYPE_CHECKING:
     from sidecar.observe.tracing.hooks import DeliveryTrace
     from sidecar.wire import Delivery
 
-__all__ = ["TRACEPARENT", "Parent", "SampledTracer", "Sampling", "traceparent"]
+__all__ = ["SAMPLERS", "TRACEPARENT", "Parent", "SampledTracer", "Sampling", "traceparent"]
+
+# The samplers OTEL_TRACES_SAMPLER may name that the sidecar honours (the specification's
+# built-in ones); another is said at start and the specification's default is used.
+SAMPLERS: Final = frozenset(
+    {
+        "always_on",
+        "always_off",
+        "traceidratio",
+        "parentbased_always_on",
+        "parentbased_always_off",
+        "parentbased_traceidratio",
+    }
+)
 
 TRACEPARENT: Final = "traceparent"
 # W3C trace context's traceparent: version, trace id, parent id and flags, exactly 2, 32,
