@@ -258,11 +258,8 @@ class Settling:
         except BaseException:
             lane.release_now(shared, None)  # the channel's use and the gate given back
             raise
-        if not sent:
+        if not sent:  # the task publishes it, in the span started here
             lane.release_now(shared, None)
-            if (send := self.send) is not None:
-                self.send = None
-                send.unsent()  # the task publishes it, in a span of its own
             return False
         crew.confirms.sent(self)
         return True
@@ -365,15 +362,16 @@ class Settling:
         line as its publish starts.
         """
         crew = self.crew
-        plan = self.sending(publish.plan)
         if (not_yet := self.not_now(ticket)) is not None:
             if ticket is not None and not waits_unblock(not_yet):
                 crew.line.leave(ticket)
                 ticket = None
-            self.told(not_yet)
-            return not_yet, ticket
+            return not_yet, ticket  # nothing written: no send span
         if ticket is not None:
             crew.line.leave(ticket)
+        # The frame handler's span when its publish could not go: one span for one copy.
+        send = self.send
+        plan = send.plan if send is not None else self.sending(publish.plan)
         self.is_slow = False  # a new publish: its own confirm may be late
         try:
             result = await crew.publisher.publish(

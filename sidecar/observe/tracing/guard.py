@@ -131,11 +131,3 @@ class _Send:
             send.answered(answer)
         except Exception as e:  # noqa: BLE001 - see the module docstring
             self._faults.failed("answered", e)
-
-    def unsent(self) -> None:
-        if (send := self._send) is None:
-            return
-        try:
-            send.unsent()
-        except Exception as e:  # noqa: BLE001 - see the module docstring
-            self._faults.failed("unsent", e)

@@ -27,9 +27,6 @@ class SendTrace(Protocol):
     def answered(self, answer: Answer) -> None:
         """End the span with the broker's answer (its outcome, and an error type if it failed)."""
 
-    def unsent(self) -> None:
-        """End the span of a copy that was not written after all (another publish takes it)."""
-
 
 class DeliveryTrace(Protocol):
     """One delivery's CONSUMER span, from its arrival to its last action."""

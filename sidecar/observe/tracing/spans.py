@@ -169,7 +169,7 @@ class SpanRouteTracer:
                 delivery.exchange, delivery.routing_key, route.queue
             ),
             "messaging.rabbitmq.message.delivery_tag": delivery.delivery_tag,
-            "messaging.message.body.size": len(delivery.body),
+            "messaging.message.body.size": _body_size(delivery),
             "acemq.route": route.name,
             "acemq.producer": producer_of(headers, properties, publishers=route.publishers),
         }
@@ -306,6 +306,12 @@ class _DeliverySpan:
         span.end()
 
 
+def _body_size(delivery: Delivery) -> int:
+    """Return the body's size, a body passed through (not held: ``unread_body``) too."""
+    unread = delivery.unread_body
+    return unread.size if unread is not None else len(delivery.body)
+
+
 def _verdict(outcome: Outcome, *, repaired: bool) -> str:
     match outcome:
         case Outcome.RELAYED:
@@ -319,15 +325,19 @@ def _verdict(outcome: Outcome, *, repaired: bool) -> str:
 
 
 def _with_traceparent(plan: Copy, span: Span) -> Copy:
-    """Return the copy with the send span as its ``traceparent`` (its content header re-encoded)."""
+    """Return the copy with the send span as its ``traceparent`` (its content header re-encoded).
+
+    Written as the producer wrote theirs, a string or bytes: a header keeps its AMQP type.
+    """
     context = span.get_span_context()
     if not context.is_valid:
         return plan
     headers = dict(plan.headers)
-    headers[TRACEPARENT] = (
+    value = (
         f"00-{format_trace_id(context.trace_id)}-{format_span_id(context.span_id)}"
         f"-{int(context.trace_flags):02x}"
     )
+    headers[TRACEPARENT] = value.encode() if isinstance(headers.get(TRACEPARENT), bytes) else value
     return Copy(
         properties=plan.properties,
         headers=headers,
@@ -353,10 +363,6 @@ class _SendSpan:
             span.set_attribute("error.type", error)
             span.set_status(Status(StatusCode.ERROR, _answer_text(answer)))
         span.end()
-
-    def unsent(self) -> None:
-        self.span.set_attribute("acemq.publish.outcome", "unsent")
-        self.span.end()
 
 
 def _read(answer: Answer) -> tuple[str, str | None]:

@@ -23,9 +23,10 @@ from sidecar.observe import start_tracing, tracing_wanted
 from sidecar.observe.tracing.export import SdkTracing
 from sidecar.observe.tracing.spans import destination
 from sidecar.relay.lane import PublishLane
+from sidecar.relay.publisher import PlanPublisher
 from sidecar.relay.settler import Settler
 from sidecar.routemap import RouteLimits, TraceLink, TraceParent, TracingConfig
-from sidecar.wire import Delivery, PublishOutcome
+from sidecar.wire import Delivery, PublishOutcome, UnreadBody
 from tests.fakes import FakeBroker, FakeChannel
 from tests.fakes.route import CANONICAL, QUARANTINE, OrdersRoute, orders_route, settle_one
 
@@ -405,3 +406,77 @@ def test_the_traceparent_is_valid_where_the_sdks_propagator_reads_one(value: str
     if ours is not None:
         low = theirs.trace_id & ((1 << 64) - 1)
         assert (ours[0], int(ours[1], 16)) == (theirs.trace_flags.sampled, low)
+
+
+async def test_send_span_mode_writes_the_traceparent_as_the_producer_did_bytes_too() -> None:
+    """A header keeps its AMQP type: a byte-string traceparent comes out a byte string."""
+    traced = Traced(TracingConfig(traceparent=TraceParent.SEND_SPAN))
+    message = delivery({**CANONICAL, "traceparent": TRACEPARENT.encode()})
+    channel = await traced.settle([PublishOutcome.CONFIRMED], message)
+    (send,) = traced.by_name()["send orders"]
+    assert channel.sent[0].headers["traceparent"] == (
+        f"00-{TRACE_ID}-{send.context.span_id:016x}-01".encode()
+    )
+
+
+async def test_a_publish_held_by_the_brokers_block_has_one_send_span_once_written() -> None:
+    """Nothing is written while the broker blocks: no span says a publish that never was."""
+    traced = Traced()
+    channel = FakeChannel(FakeBroker(answers=[PublishOutcome.CONFIRMED]), 1)
+    connection = channel.broker.connection(one_channel=channel)
+    connection.block("low on memory")
+    traced.settler.attach(connection, PublishLane(connection, stop=_event()))
+    settling = asyncio.create_task(
+        settle_one(traced.settler, traced.orders.state, channel, delivery())
+    )
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert channel.sent == []
+    connection.unblock()
+    await asyncio.wait_for(settling, 5)
+    (send,) = traced.by_name()["send orders"]
+    assert dict(send.attributes or {})["acemq.publish.outcome"] == "confirmed"
+    assert send.status.status_code is not StatusCode.ERROR
+
+
+async def test_a_copy_the_frame_handler_could_not_send_has_one_send_span(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its task publishes it in the span the frame handler started: one copy, one span."""
+    traced = Traced()
+    channel = FakeChannel(
+        FakeBroker(answers=[PublishOutcome.CONFIRMED, PublishOutcome.CONFIRMED]), 1
+    )
+    connection = channel.broker.connection(one_channel=channel)
+    traced.settler.attach(connection, PublishLane(connection, stop=_event()))
+    # A first copy through a task warms the connection's gate: the next may go at once.
+    await settle_one(traced.settler, traced.orders.state, channel, delivery())
+    traced.spans()  # exported: the first copy's spans
+    traced.exporter.clear()
+    tried: list[int] = []
+
+    def not_now(*_args: Any, **_kwargs: Any) -> bool:
+        tried.append(1)
+        return False
+
+    monkeypatch.setattr(PlanPublisher, "publish_now", not_now)
+    second = dataclasses.replace(delivery(), delivery_tag=8)
+    await settle_one(traced.settler, traced.orders.state, channel, second)
+    assert tried == [1]  # the frame handler tried, and left it to the task
+    assert channel.acked == [7, 8]
+    (send,) = traced.by_name()["send orders"]
+    assert dict(send.attributes or {})["acemq.publish.outcome"] == "confirmed"
+
+
+async def test_a_body_passed_through_has_its_size_on_the_span() -> None:
+    """Not held, its size is the one the content header announced."""
+    traced = Traced()
+    message = dataclasses.replace(
+        delivery(), body=b"", unread_body=UnreadBody(size=50_000_000, limit=1_000_000)
+    )
+    span = traced.tracing.for_route(traced.settler.route, quarantine_exchange=QUARANTINE)
+    trace = span.start(message)
+    assert trace is not None
+    trace.end(None)
+    (process,) = traced.by_name()["process staging.orders"]
+    assert dict(process.attributes or {})["messaging.message.body.size"] == 50_000_000
