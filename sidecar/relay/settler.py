@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING
 
 from sidecar.contract import Policy
 from sidecar.flow import RateBudget, backoff_s
+from sidecar.relay.crew import Crew, Queued
 from sidecar.relay.passing_rounds import PassingRounds
 from sidecar.relay.publisher import CONFIRM_TIMEOUT_S, PlanPublisher
-from sidecar.relay.settling import Crew, Queued, Settling
+from sidecar.relay.settling import Settling
 from sidecar.relay.sink import RouteSink
 from sidecar.relay.slow_confirms import SlowConfirms
 from sidecar.relay.tasks import RouteTasks
@@ -117,7 +118,7 @@ class Settler:
         limits = dataclasses.replace(self.rules.limits, consumer_timeout_s=timeout_s)
         self.rules = dataclasses.replace(self.rules, limits=limits)
         if self.crew is not None:
-            self.crew = dataclasses.replace(self.crew, rules=self.rules)
+            self.crew = self.crew.with_rules(self.rules)
 
     def offer(self, consumer: AckChannel, delivery: Delivery) -> None:
         """Take one delivery, consumed on ``consumer``, and settle it (after ``attach``).

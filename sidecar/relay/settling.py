@@ -8,15 +8,14 @@ a return, a refusal, a lost channel, acks held back by a cancel, a wait, a quara
 copy, a bug) goes on in a task the route owns (``run``), from the step reached. Each
 publish's result is read by ``settle.answer_of`` and the next step made by
 ``settle.after``: the step decides, this carries it out. A ``Crew`` is what it works
-with: the route's rules and collaborators for a session, no back-reference to its
-settler. Its one rule is the relay's: a delivery is acked only after the broker confirmed
-its normalised copy, or its quarantine copy.
+with (``relay.crew``): the route's rules and collaborators for a session, no
+back-reference to its settler. Its one rule is the relay's: a delivery is acked only
+after the broker confirmed its normalised copy, or its quarantine copy.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, assert_never
 
 from sidecar.errors import ChannelLostError, MissingEntityError, WireError
@@ -45,58 +44,18 @@ from sidecar.settle import (
 )
 
 if TYPE_CHECKING:
-    import asyncio
-    from collections.abc import Callable
-
-    from sidecar.amqp import AckChannel, BodyStream, RelayConnection
+    from sidecar.amqp import AckChannel, BodyStream
     from sidecar.observe import DeliveryTrace, SendTrace
-    from sidecar.relay.lane import PublishLane, Shared
-    from sidecar.relay.passing_rounds import PassingRounds
-    from sidecar.relay.publisher import PlanPublisher
-    from sidecar.relay.sink import RouteSink
-    from sidecar.relay.slow_confirms import SlowConfirms
+    from sidecar.relay.crew import Crew
+    from sidecar.relay.lane import Shared
     from sidecar.relay.state import HeldDelivery
-    from sidecar.relay.tasks import RouteTasks
-    from sidecar.relay.unblock_line import Ticket, UnblockLine
-    from sidecar.settle import Answer, Plan, Rules, Step
+    from sidecar.relay.unblock_line import Ticket
+    from sidecar.settle import Answer, Plan, Step
     from sidecar.wire import Delivery, PublishOutcome
 
-__all__ = ["Crew", "Queued", "Settling"]
+__all__ = ["Settling"]
 
 log = logging.getLogger("sidecar.relay")  # the relay's lines, whichever module writes them
-
-
-class Queued:
-    """How many of a route's copies wait on a task unanswered: none later overtakes them."""
-
-    __slots__ = ("count",)
-
-    def __init__(self) -> None:
-        self.count = 0
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Crew:
-    """What a route's deliveries are settled with (made at ``Settler.attach``).
-
-    Remade when the route's rules change; a delivery keeps the one it began with.
-    """
-
-    route: str
-    rules: Rules
-    sink: RouteSink
-    publisher: PlanPublisher
-    lane: PublishLane
-    connection: RelayConnection  # the publishing one: the broker blocks only that
-    line: UnblockLine  # copies waiting for the broker's unblock, in order
-    rounds: PassingRounds  # of the bodies passed through, given back
-    confirms: SlowConfirms  # the frame handlers' copies awaiting a confirm
-    tasks: RouteTasks
-    queued: Queued
-    stop: asyncio.Event
-    backoff: Callable[[int], float]  # a wait's delay at its backoff step (random)
-    may_retry_return: Callable[[], bool]  # the route's budget of returned copies
-    monotonic: Callable[[], float]
 
 
 class Settling:
