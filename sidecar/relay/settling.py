@@ -263,13 +263,15 @@ class Settling:
         if delivery.unread_body is not None:
             self.stream = consumer.passing_body(delivery.delivery_tag)
         try:
-            await self._carry_out(step, error)
-        except MissingEntityError as e:
-            await crew.sink.give_back(consumer, None, str(e))
-        except ChannelLostError as e:
-            log.debug("route %s: delivery left to the broker: %s", crew.route, e)
-        except Exception as e:  # noqa: BLE001 - logged with its traceback, the route paused
-            await crew.sink.give_back(consumer, None, BUG_REASON, bug=e)
+            # A frame handler's error is read as the task's own would be, not raised again.
+            failure = None if error is None else _failure(error, crew.route)
+            if error is None:
+                try:
+                    await self._carry_out(step)
+                except Exception as e:  # noqa: BLE001 - each kind read by _failure
+                    failure = _failure(e, crew.route)
+            if failure is not None:
+                await crew.sink.give_back(consumer, None, failure[0], bug=failure[1])
         finally:
             self.uncount()
             self.told(Lost(gone=True, error="its task ended"))  # a send span left open
@@ -279,13 +281,8 @@ class Settling:
                 trace.end(None)  # left unsettled, unless its last action ended it
             crew.sink.finished(self.held)
 
-    async def _carry_out(self, step: Step | None, error: Exception | None) -> None:
-        """Carry out each action of the settle step, from ``step`` to the last one.
-
-        ``error`` (with no step): raised here, to end as the same error met in the task.
-        """
-        if error is not None:
-            raise error
+    async def _carry_out(self, step: Step | None) -> None:
+        """Carry out each action of the settle step, from ``step`` to the last one."""
         ticket: Ticket | None = None  # its place in the unblock line, once its turn came
         try:
             while step is not None:
@@ -399,3 +396,18 @@ class Settling:
                 assert_never(action)
         if (trace := self.trace) is not None:
             trace.end(action)
+
+
+def _failure(error: Exception, route: str) -> tuple[str, Exception | None] | None:
+    """Return why a delivery's settling ended early, for the route's give-back; None: let go.
+
+    A missing exchange or queue pauses the route (the passive checks of a reopen say when
+    it exists again); a lost channel leaves the delivery to the broker; anything else is a
+    bug, logged with its traceback as the route pauses.
+    """
+    if isinstance(error, MissingEntityError):
+        return str(error), None
+    if isinstance(error, ChannelLostError):
+        log.debug("route %s: delivery left to the broker: %s", route, error)
+        return None
+    return BUG_REASON, error
