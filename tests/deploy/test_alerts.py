@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.deploy.conftest import FULL_VALUES, NAMESPACE, only, read_values, render
+from tests.deploy.conftest import FULL_VALUES, NAMESPACE, RELEASE, only, read_values, render
 
 # ci/full-values.yaml: fullnameOverride acemq-relay, so the ServiceMonitor's job is the
 # Service's name and the PodMonitor's is namespace/name.
@@ -51,6 +51,19 @@ def _series(metric: str, job: str = JOB, pod: str = PODS[0], **labels: str) -> s
     return f"{metric}{{{inner}}}"
 
 
+def _counter(
+    metric: str, values: str, *, created: str = "0x60", pod: str = PODS[0], **labels: str
+) -> dict[str, str]:
+    """A counter's series and its ``_created`` (prometheus-client's: the Unix time it began).
+
+    The default: begun at the test's time 0 (the pod's start, just before its first scrape).
+    """
+    return {
+        _series(metric, pod=pod, **labels): values,
+        _series(metric.removesuffix("_total") + "_created", pod=pod, **labels): created,
+    }
+
+
 @dataclass(frozen=True, slots=True)
 class Expect:
     """At ``at`` (minutes), alert ``alert`` fires exactly once per label set in ``fired``."""
@@ -79,15 +92,15 @@ ROUTE_UP = "acemq_sidecar_route_up"
 CONNECTED = "acemq_sidecar_broker_connected"
 RELOADS = "acemq_sidecar_config_reloads_total"
 RECONNECTS = "acemq_sidecar_reconnects_total"
+# absent() and count() keep no label: the rule gives the release's own.
+ABSENT_LABELS = {"namespace": NAMESPACE, "release": RELEASE, "severity": "warning"}
 
 SCENARIOS = [
     Scenario(
         "drift: an unknown reserved header appears",
-        {
-            _series(
-                VIOLATIONS, route="orders", kind="unknown_reserved", header="x-acemq-*"
-            ): "0x5 1x20"
-        },
+        _counter(
+            VIOLATIONS, "0x5 1x20", route="orders", kind="unknown_reserved", header="x-acemq-*"
+        ),
         [
             Expect(5, "AcemqSidecarContractDrift"),
             Expect(
@@ -99,7 +112,7 @@ SCENARIOS = [
     ),
     Scenario(
         "drift: a publisher writes unsigned integer tags",
-        {_series(VIOLATIONS, route="invoices", kind="unportable", header="app"): "0x5 3x20"},
+        _counter(VIOLATIONS, "0x5 3x20", route="invoices", kind="unportable", header="app"),
         [
             Expect(
                 8,
@@ -111,18 +124,20 @@ SCENARIOS = [
     Scenario(
         "drift: kinds that are not drift do not alert",
         {
-            _series(VIOLATIONS, route="orders", kind="defaulted", header="x-acemq-id"): "0+10x20",
-            _series(VIOLATIONS, route="orders", kind="coerced", header="x-acemq-attempt"): "0+1x20",
+            **_counter(
+                VIOLATIONS, "0+10x20", route="orders", kind="defaulted", header="x-acemq-id"
+            ),
+            **_counter(
+                VIOLATIONS, "0+1x20", route="orders", kind="coerced", header="x-acemq-attempt"
+            ),
         },
         [Expect(10, "AcemqSidecarContractDrift")],
     ),
     Scenario(
         "drift: counted before the pod's first scrape",
-        {
-            _series(
-                VIOLATIONS, route="orders", kind="legacy_name", header="x-acemq-replay-count"
-            ): "2x20"
-        },
+        _counter(
+            VIOLATIONS, "2x20", route="orders", kind="legacy_name", header="x-acemq-replay-count"
+        ),
         [
             Expect(
                 3,
@@ -134,9 +149,9 @@ SCENARIOS = [
     Scenario(
         "quarantine: messages set aside on two pods",
         {
-            _series(MESSAGES, pod=PODS[0], route="orders", outcome="quarantined"): "0x5 0+1x20",
-            _series(MESSAGES, pod=PODS[1], route="orders", outcome="quarantined"): "0x5 0+2x20",
-            _series(MESSAGES, pod=PODS[0], route="orders", outcome="relayed"): "0+100x25",
+            **_counter(MESSAGES, "0x5 0+1x20", pod=PODS[0], route="orders", outcome="quarantined"),
+            **_counter(MESSAGES, "0x5 0+2x20", pod=PODS[1], route="orders", outcome="quarantined"),
+            **_counter(MESSAGES, "0+100x25", pod=PODS[0], route="orders", outcome="relayed"),
         },
         [
             Expect(5, "AcemqSidecarQuarantining"),
@@ -145,14 +160,14 @@ SCENARIOS = [
     ),
     Scenario(
         "quarantine: counted before the pod's first scrape",
-        {_series(MESSAGES, route="invoices", outcome="quarantined"): "1x20"},
+        _counter(MESSAGES, "1x20", route="invoices", outcome="quarantined"),
         [
             Expect(3, "AcemqSidecarQuarantining", [{"namespace": NAMESPACE, "route": "invoices"}]),
         ],
     ),
     Scenario(
         "quarantine: a relay without quarantines is quiet",
-        {_series(MESSAGES, route="orders", outcome="quarantined"): "0x20"},
+        _counter(MESSAGES, "0x20", route="orders", outcome="quarantined"),
         [Expect(10, "AcemqSidecarQuarantining")],
     ),
     Scenario(
@@ -218,8 +233,8 @@ SCENARIOS = [
     Scenario(
         "reload refused: an invalid route map edited in place",
         {
-            _series(RELOADS, result="refused"): "0x5 1x30",
-            _series(RELOADS, result="applied"): "0x5 1x30",
+            **_counter(RELOADS, "0x5 1x30", result="refused"),
+            **_counter(RELOADS, "0x5 1x30", result="applied"),
         },
         [
             Expect(4, "AcemqSidecarConfigReloadRefused"),
@@ -246,14 +261,14 @@ SCENARIOS = [
     Scenario(
         "absent: no target of the release is scraped",
         {_series("up", job=OTHER_JOB): "1x20"},
-        [Expect(10, "AcemqSidecarTargetAbsent", [{"severity": "warning"}])],
+        [Expect(10, "AcemqSidecarTargetAbsent", [ABSENT_LABELS])],
     ),
     Scenario(
         "absent: the release's targets are down",
         {_series("up", pod=pod): "1x3 0x20" for pod in PODS[:2]},
         [
             Expect(3, "AcemqSidecarTargetAbsent"),
-            Expect(12, "AcemqSidecarTargetAbsent", [{"severity": "warning"}]),
+            Expect(12, "AcemqSidecarTargetAbsent", [ABSENT_LABELS]),
         ],
     ),
     Scenario(
@@ -370,7 +385,7 @@ SCALED_TO_ZERO = [
         {_series("up", pod=pod): "1x3 0x20" for pod in PODS[:2]},
         [
             Expect(3, "AcemqSidecarTargetAbsent"),
-            Expect(12, "AcemqSidecarTargetAbsent", [{"severity": "warning"}]),
+            Expect(12, "AcemqSidecarTargetAbsent", [ABSENT_LABELS]),
         ],
     ),
     Scenario(
@@ -531,3 +546,204 @@ def test_rate_thresholds_hold_drift_and_quarantine_back(tmp_path: Path) -> None:
     (tmp_path / "tests.yaml").write_text(yaml.safe_dump(tests, sort_keys=False), encoding="utf-8")
     result = _run("test", "rules", "tests.yaml", cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _run_scenarios(rules: dict[str, Any], scenarios: list[Scenario], tmp_path: Path) -> None:
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rules, sort_keys=False), encoding="utf-8")
+    tests = _unit_tests(rules, scenarios)
+    (tmp_path / "tests.yaml").write_text(yaml.safe_dump(tests, sort_keys=False), encoding="utf-8")
+    result = _run("test", "rules", "tests.yaml", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+# --- scrape gaps: a counter is new by its _created time, not by a missing sample ----------
+
+# A series begun an hour before the test: old, whatever its value.
+AN_HOUR_AGO = "-3600"
+# Three failed scrapes (Prometheus writes staleness markers) on a series that does not
+# change across them, in its counter and in its _created alike.
+GAP = "5x10 stale stale stale 5x20"
+GAP_CREATED = f"{AN_HOUR_AGO}x10 stale stale stale {AN_HOUR_AGO}x20"
+
+SCRAPE_GAPS = [
+    Scenario(
+        "gap: quarantined messages counted long ago, three scrapes lost",
+        _counter(MESSAGES, GAP, created=GAP_CREATED, route="orders", outcome="quarantined"),
+        [Expect(at, "AcemqSidecarQuarantining") for at in (2, 15, 16, 17, 18, 19, 25)],
+    ),
+    Scenario(
+        "gap: drift counted long ago, three scrapes lost",
+        _counter(
+            VIOLATIONS,
+            GAP,
+            created=GAP_CREATED,
+            route="orders",
+            kind="legacy_name",
+            header="x-acemq-replay-count",
+        ),
+        [Expect(at, "AcemqSidecarContractDrift") for at in (2, 15, 16, 17, 18, 19, 25)],
+    ),
+    Scenario(
+        "gap: a reload refused long ago, one scrape lost",
+        _counter(
+            RELOADS,
+            "1x20 stale 1x30",
+            created=f"{AN_HOUR_AGO}x20 stale {AN_HOUR_AGO}x30",
+            result="refused",
+        ),
+        [Expect(at, "AcemqSidecarConfigReloadRefused") for at in (5, 21, 30, 36, 40)],
+    ),
+    Scenario(
+        "gap: a new pod that quarantined before its first scrape still fires",
+        _counter(
+            MESSAGES,
+            "_x10 2x20",
+            created="_x10 590x20",
+            pod=PODS[1],
+            route="orders",
+            outcome="quarantined",
+        ),
+        [
+            Expect(12, "AcemqSidecarQuarantining", [{"namespace": NAMESPACE, "route": "orders"}]),
+            Expect(20, "AcemqSidecarQuarantining"),
+        ],
+    ),
+    Scenario(
+        "gap: a new pod that drifted before its first scrape still fires",
+        _counter(
+            VIOLATIONS,
+            "_x10 1x20",
+            created="_x10 590x20",
+            pod=PODS[1],
+            route="orders",
+            kind="unknown_reserved",
+            header="x-acemq-*",
+        ),
+        [
+            Expect(
+                12,
+                "AcemqSidecarContractDrift",
+                [{"namespace": NAMESPACE, "route": "orders", "kind": "unknown_reserved"}],
+            ),
+            Expect(20, "AcemqSidecarContractDrift"),
+        ],
+    ),
+    Scenario(
+        "gap: a new pod that refused a reload before its first scrape still fires",
+        _counter(RELOADS, "_x10 1x30", created="_x10 590x30", pod=PODS[1], result="refused"),
+        [
+            Expect(
+                11,
+                "AcemqSidecarConfigReloadRefused",
+                [_pod_labels(PODS[1]) | {"result": "refused", "severity": "warning"}],
+            ),
+            Expect(26, "AcemqSidecarConfigReloadRefused"),
+        ],
+    ),
+]
+
+
+def test_a_scrape_gap_does_not_make_an_old_counter_new(
+    rules: dict[str, Any], tmp_path: Path
+) -> None:
+    """Failed scrapes (a pod busy, a network blip) of a counter that did not move alert nobody.
+
+    Quarantining and ContractDrift used to fire minutes after three lost scrapes, and
+    ConfigReloadRefused 15 minutes after a single one, for a count that was long known. A
+    pod that counted before its first scrape still alerts: its series' _created is recent.
+    """
+    _run_scenarios(rules, SCRAPE_GAPS, tmp_path)
+
+
+# --- TargetAbsent: one alert per release, with the namespace an AlertmanagerConfig routes --
+
+
+def test_target_absent_is_one_alert_per_release_each_with_its_namespace(tmp_path: Path) -> None:
+    """Two releases in one namespace and one in another, none scraped: three alerts.
+
+    Each has its release's namespace and name (absent() keeps no label), also with the
+    rules in a monitoring namespace: a namespaced AlertmanagerConfig, which only receives
+    alerts carrying its namespace, gets its own team's.
+    """
+    releases = [(RELEASE, NAMESPACE), ("shop", NAMESPACE), (RELEASE, "payments")]
+    values = read_values(FULL_VALUES)
+    del values["fullnameOverride"]
+    values["prometheusRule"]["namespace"] = "monitoring"
+    files, expected = [], []
+    for index, (release, namespace) in enumerate(releases):
+        spec = only(render(values, release=release, namespace=namespace), "PrometheusRule")
+        rules = {"groups": spec.body["spec"]["groups"]}
+        name = f"rules-{index}.yaml"
+        (tmp_path / name).write_text(yaml.safe_dump(rules, sort_keys=False), encoding="utf-8")
+        files.append(name)
+        rule = _rules_by_alert(rules)["AcemqSidecarTargetAbsent"]
+        labels = {"namespace": namespace, "release": release, "severity": "warning"}
+        expected.append({"exp_labels": labels, "exp_annotations": _annotations(rule, labels)})
+    tests = {
+        "rule_files": files,
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "name": "no release is scraped",
+                "interval": "1m",
+                "input_series": [
+                    {"series": _series("up", job="kubernetes-nodes"), "values": "1x20"}
+                ],
+                "alert_rule_test": [
+                    {
+                        "eval_time": "10m",
+                        "alertname": "AcemqSidecarTargetAbsent",
+                        "exp_alerts": expected,
+                    }
+                ],
+            }
+        ],
+    }
+    (tmp_path / "tests.yaml").write_text(yaml.safe_dump(tests, sort_keys=False), encoding="utf-8")
+    result = _run("test", "rules", "tests.yaml", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+# --- the PrometheusRule's name: unique where many releases' rules meet --------------------
+
+K8S_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def _rule_metadata(release: str, namespace: str, rule_namespace: str) -> dict[str, Any]:
+    values = read_values(FULL_VALUES)
+    del values["fullnameOverride"]
+    values["prometheusRule"]["namespace"] = rule_namespace
+    rule = only(render(values, release=release, namespace=namespace), "PrometheusRule")
+    metadata: dict[str, Any] = rule.body["metadata"]
+    return metadata
+
+
+@pytest.mark.parametrize(
+    ("release", "namespaces"),
+    [
+        ("orders", ("team-a", "team-b")),
+        # Names past 63 characters, alike for their first 63: cut, and still two.
+        ("r" * 53, ("team-" + "a" * 58, "team-" + "a" * 57 + "b")),
+    ],
+)
+def test_one_release_name_in_two_namespaces_gives_two_rules_in_monitoring(
+    release: str, namespaces: tuple[str, str]
+) -> None:
+    """With prometheusRule.namespace: monitoring, the same release in two team namespaces.
+
+    Both PrometheusRules land in monitoring; one name would make the second install fail
+    (the object belongs to the other release) or replace the first team's alerts.
+    """
+    first, second = (_rule_metadata(release, ns, "monitoring") for ns in namespaces)
+    assert first["namespace"] == second["namespace"] == "monitoring"
+    assert first["name"] != second["name"]
+    for metadata in (first, second):
+        assert len(metadata["name"]) <= 63, metadata["name"]
+        assert K8S_LABEL.match(metadata["name"]), metadata["name"]
+
+
+def test_the_rule_keeps_the_full_name_in_the_release_namespace() -> None:
+    """Where the release is (prometheusRule.namespace unset or the same), no suffix."""
+    assert _rule_metadata("orders", "team-a", "")["name"] == "orders-acemq-sidecar"
+    assert _rule_metadata("orders", "team-a", "team-a")["name"] == "orders-acemq-sidecar"
+    assert _rule_metadata("orders", "team-a", "monitoring")["name"] == "orders-acemq-sidecar-team-a"

@@ -57,6 +57,8 @@ def _exposed_series() -> dict[str, set[str]]:
     for family in registry.collect():
         for sample in family.samples:
             families.setdefault(family.name, set()).update(sample.labels)
+            # And each sample's own name: a counter's _total and _created, a histogram's.
+            families.setdefault(sample.name, set()).update(sample.labels)
     return families
 
 

@@ -524,3 +524,24 @@ labels:
 annotations:
   {{- toYaml $annotations | nindent 2 }}
 {{- end }}
+
+{{/*
+The PrometheusRule's name: the full name in the release's namespace; in another one
+(prometheusRule.namespace) "<full name>-<release namespace>", so that one release name in
+two namespaces gives two rules there. At most 63 characters: a longer one is cut and ends
+in a hash of namespace/full name, which keeps it unique.
+*/}}
+{{- define "acemq-sidecar.prometheusRuleName" -}}
+{{- $fullname := include "acemq-sidecar.fullname" . }}
+{{- $namespace := .Values.prometheusRule.namespace | default .Release.Namespace }}
+{{- if eq $namespace .Release.Namespace }}
+{{- $fullname }}
+{{- else }}
+{{- $name := printf "%s-%s" $fullname .Release.Namespace }}
+{{- if gt (len $name) 63 }}
+{{- $hash := printf "%s/%s" .Release.Namespace $fullname | sha256sum | trunc 8 }}
+{{- $name = printf "%s-%s" ($name | trunc 54 | trimSuffix "-") $hash }}
+{{- end }}
+{{- $name }}
+{{- end }}
+{{- end }}
