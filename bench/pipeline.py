@@ -49,6 +49,7 @@ from sidecar.amqp.connection import Connection
 from sidecar.amqp.handshake import Control
 from sidecar.amqp.link import Link
 from sidecar.clock import Clock
+from sidecar.contract import ID
 from sidecar.observe.metrics import Metrics
 from sidecar.relay.worker import RouteWorker
 from sidecar.routemap import Mode, Publishers, Route
@@ -304,7 +305,7 @@ async def drain(n: int) -> dict[str, float]:
     """Drain n messages through one route; return the CPU per message, ours and the fake's."""
     install_codec()
     loop = asyncio.get_running_loop()
-    link = Link(loop)
+    link = Link(loop, match_header=ID)  # as the relay's
     link.control = control = Control(link)
     broker = FakeBroker(loop, link, n)
     link.connection_made(broker)  # type: ignore[arg-type]

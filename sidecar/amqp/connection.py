@@ -198,7 +198,7 @@ async def connect(
     connect_timeout_s: float,
     ssl_context: ssl.SSLContext | None = None,
     name: str = CLIENT_NAME,
-    options: ClientOptions = ClientOptions(),
+    options: ClientOptions,
 ) -> Connection:
     """Open a connection; raise :class:`ConnectFailedError` with the reason when it fails.
 
@@ -209,7 +209,8 @@ async def connect(
     ``address.tls`` alone decides whether the connection uses TLS, whatever the case of
     the URL's scheme: ``ssl_context`` (the route map's CA and client certificate) is used
     when it does, and ignored when it does not; without one, the system's CAs verify the
-    broker.
+    broker. ``options`` says what the client is told of its user's messages and of the
+    broker's releases; every caller states them (``ClientOptions()``: none).
     """
     codec.install_codec()
     loop = asyncio.get_running_loop()

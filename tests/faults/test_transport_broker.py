@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from sidecar.amqp import ConnectFailedError, PublishOutcome, connect
+from sidecar.amqp import ClientOptions, ConnectFailedError, PublishOutcome, connect
 from sidecar.broker import BrokerAddress
 from tests.brokers import module_node
 from tests.e2e.conftest import (
@@ -49,6 +49,8 @@ RELAY_TIMEOUT_S = 120.0
 HEARTBEAT_S = 1
 BLOCKED_FOR_S = 3.5  # more than two heartbeat intervals: either side would have given up
 ERROR_HEADER = "x-acemq-error"
+
+BARE = ClientOptions()  # the client alone: the transport is under test, not the relay
 
 
 @pytest.fixture(scope="module")
@@ -241,7 +243,7 @@ async def test_blocked_is_reported_with_the_brokers_reason_and_heartbeats_keep_t
     """
     ctl = frames_node.ctl
     address = BrokerAddress.parse(f"{frames_node.url}?heartbeat={HEARTBEAT_S}")
-    connection = await connect(address, heartbeat_s=HEARTBEAT_S, connect_timeout_s=10)
+    connection = await connect(address, heartbeat_s=HEARTBEAT_S, connect_timeout_s=10, options=BARE)
     try:
         channel = await connection.channel(prefetch=1)
         await ctl.run("set_vm_memory_high_watermark", "absolute", "1")
@@ -311,14 +313,14 @@ async def test_an_amqplain_only_broker_is_logged_into_and_a_refusal_names_the_me
 ) -> None:
     """Logged in with AMQPLAIN, not PLAIN (which RabbitMQ resets: ConnectionResetError 104)."""
     address = BrokerAddress.parse(amqplain_node.url)
-    connection = await connect(address, heartbeat_s=30, connect_timeout_s=10)
+    connection = await connect(address, heartbeat_s=30, connect_timeout_s=10, options=BARE)
     try:
         await connection.check_exchange("amq.direct")
     finally:
         await connection.close()
     wrong = BrokerAddress.parse(amqplain_node.url.replace("guest:guest", "guest:wrong-one"))
     with pytest.raises(ConnectFailedError) as e:
-        await connect(wrong, heartbeat_s=30, connect_timeout_s=10)
+        await connect(wrong, heartbeat_s=30, connect_timeout_s=10, options=BARE)
     assert "SASL mechanism AMQPLAIN as user 'guest'" in str(e.value)
     assert "ACCESS_REFUSED" in str(e.value)
     assert "wrong-one" not in str(e.value)

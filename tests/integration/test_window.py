@@ -21,6 +21,7 @@ import pytest
 
 from sidecar.amqp import Channel, Connection, Delivery, connect
 from sidecar.broker import BrokerAddress
+from sidecar.dialer import OPTIONS
 from sidecar.relay import settler
 from sidecar.relay.settling import Settling
 from sidecar.relay.sink import RouteSink
@@ -88,8 +89,8 @@ async def test_a_re_consume_leaves_the_old_consumers_deliveries_to_be_acked(
     staging = await staging_queue(broker, queue_type, queue_type)
     for i in range(12):
         await broker.publish(staging.queue, message_id=f"m-{i}")
-    connection = await connect(
-        BrokerAddress.parse(broker.url), heartbeat_s=30, connect_timeout_s=10
+    connection = await connect(  # as the relay's (the dialer's options)
+        BrokerAddress.parse(broker.url), heartbeat_s=30, connect_timeout_s=10, options=OPTIONS
     )
     try:
         channel = await connection.channel(prefetch=4)

@@ -19,6 +19,7 @@ from sidecar.amqp import (
 )
 from sidecar.amqp import connection as connection_module
 from sidecar.broker import BrokerAddress
+from sidecar.dialer import OPTIONS
 from sidecar.errors import SidecarError
 from tests.scripted_broker import Answer, ScriptedBroker, refuse, silent
 
@@ -32,6 +33,7 @@ async def connected(server: ScriptedBroker, url: str | None = None, **kw: float)
             BrokerAddress.parse(url or server.url()),
             heartbeat_s=int(options["heartbeat_s"]),
             connect_timeout_s=options["connect_timeout_s"],
+            options=OPTIONS,  # as the relay connects
         )
 
 

@@ -29,6 +29,7 @@ from sidecar.amqp import (
 )
 from sidecar.amqp.link import FRAME_MAX_CEILING
 from sidecar.broker import BrokerAddress
+from sidecar.dialer import OPTIONS
 from sidecar.routemap.model import TlsConfig
 from sidecar.tls import client_context
 from sidecar.wire import FRAME_END, FRAME_HEADER, HEADER
@@ -41,7 +42,9 @@ ID = "x-acemq-id"
 
 async def connected(url: str, **kw: Any) -> Connection:
     async with asyncio.timeout(BOUND_S):
-        return await connect(BrokerAddress.parse(url), heartbeat_s=30, connect_timeout_s=5, **kw)
+        return await connect(
+            BrokerAddress.parse(url), heartbeat_s=30, connect_timeout_s=5, options=OPTIONS, **kw
+        )
 
 
 class Queued:
