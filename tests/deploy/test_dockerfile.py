@@ -450,7 +450,7 @@ def test_the_compile_step_builds_the_images_environment_and_it_passes_the_vector
     assert compiled.returncode == 0, compiled.stdout + compiled.stderr
     assert "compiled: sidecar.contract, sidecar.contract.names," in compiled.stdout
     assert "sidecar.wire, sidecar.wire.fields, sidecar.wire.decode," in compiled.stdout
-    assert "sidecar.amqp.channel, sidecar.relay.settling," in compiled.stdout
+    assert "sidecar.amqp.channel, sidecar.relay.crew," in compiled.stdout
     for leftover in (".mypy_cache", "build", "build.log"):
         assert not (build_stage.site_packages / leftover).exists(), leftover
     _passes_the_vectors_compiled(build_stage)
