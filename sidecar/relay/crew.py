@@ -1,7 +1,7 @@
 """What a route's deliveries are settled with: the route's rules and collaborators.
 
 A ``Crew`` is made by the route's ``Settler`` at each ``attach`` (a session's publishing
-connection and lane) and again when the route's rules change (``with_rules``); each
+connection and lane) and again when the route's rules change; each
 delivery's ``Settling`` keeps the crew it began with, and never reaches back into the
 settler. ``Queued`` counts the route's copies waiting on a task, which no later copy may
 overtake. Written out as plain classes, not dataclasses: the compiled build makes them
@@ -89,23 +89,3 @@ class Crew:
         self.backoff = backoff  # a wait's delay at its backoff step (random)
         self.may_retry_return = may_retry_return  # the route's budget of returned copies
         self.monotonic = monotonic
-
-    def with_rules(self, rules: Rules) -> Crew:
-        """Return the same crew with the route's new rules (a learned consumer timeout)."""
-        return Crew(
-            route=self.route,
-            rules=rules,
-            sink=self.sink,
-            publisher=self.publisher,
-            lane=self.lane,
-            connection=self.connection,
-            line=self.line,
-            rounds=self.rounds,
-            confirms=self.confirms,
-            tasks=self.tasks,
-            queued=self.queued,
-            stop=self.stop,
-            backoff=self.backoff,
-            may_retry_return=self.may_retry_return,
-            monotonic=self.monotonic,
-        )

@@ -117,8 +117,8 @@ class Settler:
         """
         limits = dataclasses.replace(self.rules.limits, consumer_timeout_s=timeout_s)
         self.rules = dataclasses.replace(self.rules, limits=limits)
-        if self.crew is not None:
-            self.crew = self.crew.with_rules(self.rules)
+        if (crew := self.crew) is not None:  # the same session's, with the new rules
+            self.attach(crew.connection, crew.lane)
 
     def offer(self, consumer: AckChannel, delivery: Delivery) -> None:
         """Take one delivery, consumed on ``consumer``, and settle it (after ``attach``).
